@@ -1,0 +1,51 @@
+"""`python -m registry serve [--config FILE] [--host H] [--port P]`"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from pathlib import Path
+
+import structlog
+from aiohttp import web
+
+from registry.app import create_app
+from registry.logs import configure
+from registry.settings import Settings, SettingsError
+
+DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "config" / "default.toml"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="service-registry", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+    serve = commands.add_parser("serve", help="run the registry server")
+    serve.add_argument("--config", type=Path, help="a TOML settings file")
+    serve.add_argument("--host", help="address to bind (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, help="port to listen on (default 8761)")
+    args = parser.parse_args(argv)
+
+    config = args.config or (DEFAULT_CONFIG if DEFAULT_CONFIG.exists() else None)
+    try:
+        settings = Settings.load(config, os.environ, host=args.host, port=args.port)
+    except SettingsError as exc:
+        print(f"service-registry: bad settings: {exc}", file=sys.stderr)
+        return 2
+    configure(level=settings.log_level, fmt=settings.log_format)
+    log = structlog.get_logger()
+    log.info("server_starting", host=settings.host, port=settings.port, config=str(config))
+    web.run_app(
+        create_app(settings),
+        host=settings.host,
+        port=settings.port,
+        access_log=logging.getLogger("aiohttp.access") if settings.access_log else None,
+        print=None,
+    )
+    log.info("server_stopped")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,16 @@
+"""Where the application keeps its parts; handlers and cleanup contexts read them from here."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from registry.clock import Clock
+from registry.core import Registry
+from registry.journal import DeltaJournal
+from registry.settings import Settings
+
+REGISTRY = web.AppKey("registry", Registry)
+JOURNAL = web.AppKey("journal", DeltaJournal)
+CLOCK = web.AppKey("clock", Clock)
+SETTINGS = web.AppKey("settings", Settings)
+STARTED_AT = web.AppKey("started_at", float)  # monotonic seconds, for uptime

@@ -1,0 +1,272 @@
+"""Read an instance from its wire form: the dict the JSON body, or the XML turned into the
+same shape, carries. Lenient in what it accepts, precise in what it refuses (contract 15).
+
+Accepted: timestamps as strings or numbers, ports as bare numbers or `{"$", "@enabled"}`
+objects, `@enabled` as bool or string, a missing `@class`, both `overriddenStatus` spellings,
+no `instanceId` (the id falls back as in contract 3.1), explicit nulls (skipped).
+Refused with a BadInput naming the field: missing required fields, wrong types, unknown
+statuses, strings that could not be written back as XML, ids that cannot appear in a URL path.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from registry.errors import BadInput
+from registry.model import (
+    AMAZON_CLASS,
+    DEFAULT_DATA_CENTER_CLASS,
+    DataCenterInfo,
+    InstanceInfo,
+    InstanceStatus,
+    PortInfo,
+)
+
+DATA_CENTER_NAMES = ("Netflix", "Amazon", "MyOwn")
+DEFAULT_RENEWAL_INTERVAL_SECS = 30
+DEFAULT_DURATION_SECS = 90
+
+# Characters XML 1.0 cannot carry at all; accepting them would make our XML output invalid.
+_NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
+_MAX_TEXT = 4096
+
+
+def instance_from_wire(
+    data: object, *, now_ms: int, expected_app: str | None = None
+) -> InstanceInfo:
+    """The InstanceInfo a register body describes; BadInput for anything wrong with it.
+
+    Checks run in Eureka's order (contract 3.1), so the first complaint is the one it would make.
+    """
+    d = _object(data, "instance")
+    host_name = text(d, "hostName")
+    app = text(d, "app")
+    data_center = _data_center(d.get("dataCenterInfo"))
+    metadata = _metadata(d.get("metadata"), "metadata")
+    instance_id = _instance_id(d, host_name, data_center, metadata)
+    if not instance_id:
+        raise BadInput("instanceId", "Missing instanceId")
+    if not host_name:
+        raise BadInput("hostName", "Missing hostname")
+    ip_addr = text(d, "ipAddr")
+    if not ip_addr:
+        raise BadInput("ipAddr", "Missing ip address")
+    if not app:
+        raise BadInput("app", "Missing appName")
+    app = app.upper()
+    if expected_app is not None and app != expected_app:
+        raise BadInput("app", f"Mismatched appName, expecting {expected_app} but was {app}")
+    if data_center is None:
+        raise BadInput("dataCenterInfo", "Missing dataCenterInfo")
+    check_path_segment(instance_id, "instanceId")
+    check_path_segment(app, "app")
+    if data_center.name == "Amazon" and "instance-id" not in data_center.metadata:
+        data_center = DataCenterInfo(
+            name=data_center.name,
+            class_name=data_center.class_name,
+            metadata={**data_center.metadata, "instance-id": instance_id},
+        )
+    lease_info = _object(d.get("leaseInfo") or {}, "leaseInfo")
+    overridden = d.get("overriddenStatus", d.get("overriddenstatus"))
+    app_group = text(d, "appGroupName")
+    return InstanceInfo(
+        instance_id=instance_id,
+        app=app,
+        host_name=host_name,
+        ip_addr=ip_addr,
+        data_center_info=data_center,
+        status=status(d.get("status"), "status", default=InstanceStatus.UP),
+        overridden_status=status(overridden, "overriddenStatus", default=InstanceStatus.UNKNOWN),
+        port=_port(d.get("port"), "port", default=PortInfo(7001, True)),
+        secure_port=_port(d.get("securePort"), "securePort", default=PortInfo(7002, False)),
+        renewal_interval_secs=_positive_or(
+            integer(lease_info.get("renewalIntervalInSecs"), "leaseInfo.renewalIntervalInSecs"),
+            DEFAULT_RENEWAL_INTERVAL_SECS,
+        ),
+        duration_secs=_positive_or(
+            integer(lease_info.get("durationInSecs"), "leaseInfo.durationInSecs"),
+            DEFAULT_DURATION_SECS,
+        ),
+        metadata=metadata,
+        sid=text(d, "sid") or "na",
+        country_id=_or(integer(d.get("countryId"), "countryId"), 1),
+        app_group_name=app_group.upper() if app_group else None,
+        home_page_url=text(d, "homePageUrl"),
+        status_page_url=text(d, "statusPageUrl"),
+        health_check_url=text(d, "healthCheckUrl"),
+        secure_health_check_url=text(d, "secureHealthCheckUrl"),
+        vip_address=text(d, "vipAddress"),
+        secure_vip_address=text(d, "secureVipAddress"),
+        last_updated_ms=_or(
+            timestamp(d.get("lastUpdatedTimestamp"), "lastUpdatedTimestamp"), now_ms
+        ),
+        last_dirty_ms=_or(timestamp(d.get("lastDirtyTimestamp"), "lastDirtyTimestamp"), now_ms),
+        asg_name=text(d, "asgName"),
+    )
+
+
+def text(d: Mapping[str, Any], key: str, field: str | None = None) -> str | None:
+    """A string field; numbers and booleans are taken as their text, null as absent."""
+    value = d.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        value = "true" if value else "false"
+    elif isinstance(value, int | float):
+        value = str(value)
+    elif not isinstance(value, str):
+        raise BadInput(field or key, f"must be a string, not {_kind(value)}")
+    check_text(value, field or key)
+    return value
+
+
+def check_text(value: str, field: str) -> None:
+    if len(value) > _MAX_TEXT:
+        raise BadInput(field, f"longer than {_MAX_TEXT} characters")
+    if _NOT_XML.search(value):
+        raise BadInput(field, "contains a control character")
+
+
+def check_path_segment(value: str, field: str) -> None:
+    """Ids and app names travel in URL paths: refuse what a path cannot carry back."""
+    if "/" in value or value in (".", ".."):
+        raise BadInput(field, f"{value!r} cannot be used in a URL path")
+
+
+def integer(value: object, field: str) -> int | None:
+    """A whole number, given as a JSON number or as decimal text; null as absent."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        raise BadInput(field, "must be a number, not a boolean")
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, str):
+        try:
+            return int(value.strip())
+        except ValueError:
+            pass
+    raise BadInput(field, f"must be a whole number, not {value!r}")
+
+
+def timestamp(value: object, field: str) -> int | None:
+    ms = integer(value, field)
+    if ms is not None and ms < 0:
+        raise BadInput(field, "must not be negative")
+    return ms
+
+
+def status(value: object, field: str, *, default: InstanceStatus) -> InstanceStatus:
+    if value is None or value == "":
+        return default
+    if not isinstance(value, str):
+        raise BadInput(field, f"must be a status name, not {_kind(value)}")
+    try:
+        return InstanceStatus.parse(value)
+    except ValueError as exc:
+        raise BadInput(field, str(exc)) from None
+
+
+def boolean(value: object, field: str) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+        return value.strip().lower() == "true"
+    raise BadInput(field, f"must be true or false, not {value!r}")
+
+
+def _port(value: object, field: str, *, default: PortInfo) -> PortInfo:
+    if value is None:
+        return default
+    enabled = default.enabled
+    if isinstance(value, Mapping):
+        number = integer(value.get("$"), f"{field}.$")
+        if value.get("@enabled") is not None:
+            enabled = boolean(value["@enabled"], f"{field}.@enabled")
+    else:
+        number = integer(value, field)
+    if number is None:
+        return PortInfo(default.number, enabled)
+    if not 0 <= number <= 65535:
+        raise BadInput(field, f"{number} is not a port number")
+    return PortInfo(number, enabled)
+
+
+def _data_center(value: object) -> DataCenterInfo | None:
+    if value is None:
+        return None
+    d = _object(value, "dataCenterInfo")
+    name = text(d, "name", "dataCenterInfo.name")
+    if not name:
+        raise BadInput("dataCenterInfo.name", "Missing dataCenterInfo Name")
+    if name not in DATA_CENTER_NAMES:
+        raise BadInput(
+            "dataCenterInfo.name", f"{name!r} is not one of {', '.join(DATA_CENTER_NAMES)}"
+        )
+    class_name = text(d, "@class", "dataCenterInfo.@class") or (
+        AMAZON_CLASS if name == "Amazon" else DEFAULT_DATA_CENTER_CLASS
+    )
+    metadata = _metadata(d.get("metadata"), "dataCenterInfo.metadata") if name == "Amazon" else {}
+    return DataCenterInfo(name=name, class_name=class_name, metadata=metadata)
+
+
+def _metadata(value: object, field: str) -> dict[str, str]:
+    """A string map; Java's `@class` markers are dropped, null values skipped."""
+    if value is None:
+        return {}
+    d = _object(value, field)
+    result: dict[str, str] = {}
+    for key in d:
+        if key == "@class":
+            continue
+        if not key:
+            raise BadInput(field, "keys must not be empty")
+        check_text(key, field)
+        item_text = text(d, key, f"{field}.{key}")
+        if item_text is not None:
+            result[key] = item_text
+    return result
+
+
+def _instance_id(
+    d: Mapping[str, Any],
+    host_name: str | None,
+    data_center: DataCenterInfo | None,
+    metadata: Mapping[str, str],
+) -> str | None:
+    explicit = text(d, "instanceId")
+    if explicit:
+        return explicit
+    spring_id = metadata.get("instanceId")
+    if spring_id and host_name:
+        # Spring Cloud's convention for clients that leave instanceId out.
+        return spring_id if spring_id.startswith(host_name) else f"{host_name}:{spring_id}"
+    if data_center is not None and data_center.name == "Amazon":
+        aws_id = data_center.metadata.get("instance-id")
+        if aws_id:
+            return aws_id
+    return host_name
+
+
+def _object(value: object, field: str) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise BadInput(field, f"must be an object, not {_kind(value)}")
+    return value
+
+
+def _kind(value: object) -> str:
+    return {dict: "an object", list: "a list", bool: "a boolean", type(None): "null"}.get(
+        type(value), type(value).__name__
+    )
+
+
+def _positive_or(value: int | None, default: int) -> int:
+    return value if value is not None and value > 0 else default
+
+
+def _or(value: int | None, default: int) -> int:
+    return default if value is None else value

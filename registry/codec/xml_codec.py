@@ -1,0 +1,191 @@
+"""XML bodies in the XStream shape Eureka serves by default (contract 5).
+
+Element names are escaped as XStream does (`_` -> `__`, `$` -> `_-`); any other character a name
+cannot hold (a metadata key like `app.kubernetes.io/name`) becomes `_x2f_`, which only this
+escape can produce, so every key survives the round trip and the output is always well-formed.
+Input is parsed with defusedxml: no DTDs, no entities.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any
+from xml.etree.ElementTree import Element, ParseError
+from xml.sax.saxutils import escape, quoteattr
+
+from defusedxml import DefusedXmlException
+from defusedxml.ElementTree import fromstring
+
+from registry.errors import BadInput
+from registry.model import LeaseRecord
+
+Apps = Iterable[tuple[str, Iterable[LeaseRecord]]]
+
+_PLAIN_NAME = re.compile(r"[A-Za-z][A-Za-z0-9.\-]*")
+_NAME_CHAR = re.compile(r"[A-Za-z0-9.\-]")
+_ESCAPED = re.compile(r"__|_-|_x([0-9a-f]+)_")
+
+
+def escape_name(key: str) -> str:
+    if _PLAIN_NAME.fullmatch(key):
+        return key
+    out = []
+    for position, ch in enumerate(key):
+        if ch == "_":
+            out.append("__")
+        elif ch == "$":
+            out.append("_-")
+        elif _NAME_CHAR.match(ch) and (position > 0 or ch.isalpha()):
+            out.append(ch)
+        else:
+            out.append(f"_x{ord(ch):x}_")
+    return "".join(out)
+
+
+def unescape_name(tag: str) -> str:
+    def replace(match: re.Match[str]) -> str:
+        token = match.group(0)
+        if token == "__":
+            return "_"
+        if token == "_-":
+            return "$"
+        return chr(int(match.group(1), 16))
+
+    return _ESCAPED.sub(replace, tag)
+
+
+# Decoding ------------------------------------------------------------------------------------
+
+
+def decode(body: bytes, *, root: str) -> Any:
+    """Parse an XML body into the same dict shape as its JSON twin; BadInput when it is not XML."""
+    try:
+        element = fromstring(body)
+    except DefusedXmlException as exc:
+        raise BadInput(
+            "body", f"XML with DTDs or entities is refused ({type(exc).__name__})"
+        ) from None
+    except (ParseError, ValueError) as exc:
+        raise BadInput("body", f"cannot parse request body as XML: {exc}") from None
+    if element.tag != root:
+        raise BadInput("body", f"the root element must be <{root}>, not <{element.tag}>")
+    return _to_wire(element)
+
+
+def _to_wire(element: Element) -> Any:
+    attributes = {f"@{name}": value for name, value in element.attrib.items()}
+    if len(element):
+        d: dict[str, Any] = {unescape_name(child.tag): _to_wire(child) for child in element}
+        d.update(attributes)
+        return d
+    text = element.text or ""
+    if attributes:
+        # <port enabled="true">8080</port>; <metadata class="...EmptyMap"/>
+        return {"$": text, **attributes} if text else attributes
+    return text
+
+
+# Encoding ------------------------------------------------------------------------------------
+
+
+def encode_instance(lease: LeaseRecord) -> bytes:
+    out: list[str] = []
+    _instance(out, lease)
+    return "".join(out).encode()
+
+
+def encode_application(name: str, leases: Iterable[LeaseRecord]) -> bytes:
+    out: list[str] = []
+    _application(out, name, leases)
+    return "".join(out).encode()
+
+
+def encode_applications(apps: Apps, *, version: str, hashcode: str) -> bytes:
+    out = [
+        f"<applications><versions__delta>{escape(version)}</versions__delta>"
+        f"<apps__hashcode>{escape(hashcode)}</apps__hashcode>"
+    ]
+    for name, leases in apps:
+        _application(out, name, leases)
+    out.append("</applications>")
+    return "".join(out).encode()
+
+
+def _application(out: list[str], name: str, leases: Iterable[LeaseRecord]) -> None:
+    out.append(f"<application><name>{escape(name)}</name>")
+    for lease in leases:
+        _instance(out, lease)
+    out.append("</application>")
+
+
+def _instance(out: list[str], lease: LeaseRecord) -> None:
+    i = lease.instance
+    out.append("<instance>")
+    _leaf(out, "instanceId", i.instance_id)
+    _leaf(out, "hostName", i.host_name)
+    _leaf(out, "app", i.app)
+    _leaf(out, "ipAddr", i.ip_addr)
+    if i.sid not in ("na", "unknown"):
+        _leaf(out, "sid", i.sid)
+    out.append(f"<status>{i.status.value}</status>")
+    out.append(f"<overriddenstatus>{i.overridden_status.value}</overriddenstatus>")
+    out.append(f'<port enabled="{_bool(i.port.enabled)}">{i.port.number}</port>')
+    out.append(
+        f'<securePort enabled="{_bool(i.secure_port.enabled)}">{i.secure_port.number}</securePort>'
+    )
+    out.append(f"<countryId>{i.country_id}</countryId>")
+    dc = i.data_center_info
+    out.append(f"<dataCenterInfo class={quoteattr(dc.class_name)}>")
+    _leaf(out, "name", dc.name)
+    if dc.metadata:
+        _map(out, dc.metadata)
+    out.append("</dataCenterInfo>")
+    out.append(
+        "<leaseInfo>"
+        f"<renewalIntervalInSecs>{i.renewal_interval_secs}</renewalIntervalInSecs>"
+        f"<durationInSecs>{i.duration_secs}</durationInSecs>"
+        f"<registrationTimestamp>{lease.registration_ms}</registrationTimestamp>"
+        f"<lastRenewalTimestamp>{lease.last_renewal_ms}</lastRenewalTimestamp>"
+        f"<evictionTimestamp>{lease.eviction_ms}</evictionTimestamp>"
+        f"<serviceUpTimestamp>{lease.service_up_ms}</serviceUpTimestamp>"
+        "</leaseInfo>"
+    )
+    if i.metadata:
+        _map(out, i.metadata)
+    else:
+        out.append('<metadata class="java.util.Collections$EmptyMap"/>')
+    for tag, value in (
+        ("appGroupName", i.app_group_name),
+        ("homePageUrl", i.home_page_url),
+        ("statusPageUrl", i.status_page_url),
+        ("healthCheckUrl", i.health_check_url),
+        ("secureHealthCheckUrl", i.secure_health_check_url),
+        ("vipAddress", i.vip_address),
+        ("secureVipAddress", i.secure_vip_address),
+    ):
+        if value is not None:
+            _leaf(out, tag, value)
+    out.append("<isCoordinatingDiscoveryServer>false</isCoordinatingDiscoveryServer>")
+    out.append(f"<lastUpdatedTimestamp>{i.last_updated_ms}</lastUpdatedTimestamp>")
+    out.append(f"<lastDirtyTimestamp>{i.last_dirty_ms}</lastDirtyTimestamp>")
+    if i.action_type is not None:
+        out.append(f"<actionType>{i.action_type.value}</actionType>")
+    if i.asg_name is not None:
+        _leaf(out, "asgName", i.asg_name)
+    out.append("</instance>")
+
+
+def _map(out: list[str], entries: Mapping[str, str]) -> None:
+    out.append("<metadata>")
+    for key, value in entries.items():
+        _leaf(out, escape_name(key), value)
+    out.append("</metadata>")
+
+
+def _leaf(out: list[str], tag: str, value: str) -> None:
+    out.append(f"<{tag}>{escape(value)}</{tag}>")
+
+
+def _bool(flag: bool) -> str:
+    return "true" if flag else "false"

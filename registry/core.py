@@ -1,0 +1,319 @@
+"""The registry: the only owner of instances, leases and admin overrides.
+
+Every command is a plain synchronous method that takes the time as an argument, so commands are
+atomic with respect to each other on the event loop and never await. Each change gets the next
+registry index and is handed, as a `ChangeEvent`, to the subscribers (delta journal, and later
+the response cache, store and replication), which never reach into the dictionaries here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+from collections.abc import Callable, Collection, Iterator, Mapping
+from typing import Any
+
+import structlog
+
+from registry.errors import StaleReplica, UnknownInstance
+from registry.hashcode import reconcile_hash
+from registry.model import ActionType, ChangeEvent, InstanceInfo, InstanceStatus, Lease
+from rules import CHAIN, first_match
+
+log = structlog.get_logger()
+
+Listener = Callable[[ChangeEvent], None]
+
+_UP = InstanceStatus.UP
+_UNKNOWN = InstanceStatus.UNKNOWN
+
+
+class Registry:
+    def __init__(
+        self, *, legacy_lease_expiry: bool = False, sync_when_timestamp_differs: bool = True
+    ) -> None:
+        self._apps: dict[str, dict[str, Lease]] = {}
+        self._overrides: dict[str, InstanceStatus] = {}
+        self._listeners: list[Listener] = []
+        self._legacy = legacy_lease_expiry
+        self._sync_dirty = sync_when_timestamp_differs
+        self.index = 0
+
+    def subscribe(self, listener: Listener) -> None:
+        """Call `listener` with every change from now on, synchronously, in index order."""
+        self._listeners.append(listener)
+
+    # Commands ----------------------------------------------------------------------------
+
+    def register(
+        self, instance: InstanceInfo, *, now_ms: int, is_replication: bool = False
+    ) -> InstanceInfo:
+        """Register or re-register an instance with a fresh lease (contract 6.2)."""
+        leases = self._apps.setdefault(instance.app, {})
+        existing = leases.get(instance.instance_id)
+        registrant = instance
+        if existing is not None and existing.instance.last_dirty_ms > instance.last_dirty_ms:
+            # Ours is newer than what arrived (a late replica, a stale client): keep ours.
+            log.info(
+                "registration_older_than_ours",
+                app=instance.app,
+                instance_id=instance.instance_id,
+                ours=existing.instance.last_dirty_ms,
+                theirs=instance.last_dirty_ms,
+            )
+            registrant = existing.instance
+        iid = registrant.instance_id
+        if registrant.overridden_status is not _UNKNOWN:
+            # How peers hand over an override: it comes in the registration itself.
+            self._overrides.setdefault(iid, registrant.overridden_status)
+        override = self._overrides.get(iid)
+        status = first_match(
+            CHAIN,
+            registrant.status,
+            override,
+            existing.instance.status if existing is not None else None,
+            is_replication,
+        )
+        lease = Lease(
+            instance=dataclasses.replace(
+                registrant,
+                status=status,
+                overridden_status=_UNKNOWN if override is None else override,
+                action_type=ActionType.ADDED,
+                last_updated_ms=now_ms,
+            ),
+            duration_ms=registrant.duration_secs * 1000,
+            registration_ms=now_ms,
+            last_renewal_ms=now_ms,
+            service_up_ms=existing.service_up_ms if existing is not None else 0,
+        )
+        if status is _UP and lease.service_up_ms == 0:
+            lease.service_up_ms = now_ms
+        leases[iid] = lease
+        log.info(
+            "instance_registered",
+            app=registrant.app,
+            instance_id=iid,
+            status=status.value,
+            replication=is_replication,
+        )
+        self._emit(ActionType.ADDED, lease, now_ms)
+        return lease.instance
+
+    def renew(
+        self,
+        app: str,
+        instance_id: str,
+        *,
+        now_ms: int,
+        is_replication: bool = False,
+        last_dirty_ms: int | None = None,
+        overridden_status: InstanceStatus | None = None,
+    ) -> None:
+        """A heartbeat (contract 3.2, 6.3): UnknownInstance means 404, StaleReplica 409.
+
+        The hot path: one lookup and one store, unless an override is in force.
+        """
+        lease = self._lease(app, instance_id)
+        instance = lease.instance
+        override = self._overrides.get(instance_id)
+        if override is not None or instance.status is _UNKNOWN:
+            # Without an override the chain can only answer the holder's own status, so a
+            # renewal changes nothing; with one, or when the holder is UNKNOWN, ask the chain.
+            status = first_match(CHAIN, instance.status, override, instance.status, is_replication)
+            if status is _UNKNOWN:
+                raise UnknownInstance(f"{app}/{instance_id}: status UNKNOWN, re-register")
+            if status is not instance.status:
+                self._change(lease, now_ms, status=status)
+        lease.renew(now_ms, legacy=self._legacy)
+        if last_dirty_ms is not None and self._sync_dirty:
+            self._compare_dirty(lease, last_dirty_ms, is_replication, overridden_status, now_ms)
+
+    def cancel(self, app: str, instance_id: str, *, now_ms: int) -> None:
+        """Deregister an instance (contract 6.4); its override goes with it."""
+        self._overrides.pop(instance_id, None)
+        self._remove(self._lease(app, instance_id), now_ms)
+        log.info("instance_cancelled", app=app, instance_id=instance_id)
+
+    def set_status_override(
+        self,
+        app: str,
+        instance_id: str,
+        status: InstanceStatus,
+        *,
+        now_ms: int,
+        last_dirty_ms: int | None = None,
+    ) -> None:
+        """An admin forces a status (contract 6.5); it holds until deleted or cancelled.
+
+        Unlike Eureka the override is stored even when the instance already has that status, so
+        the admin's decision survives the instance's own status changes.
+        """
+        lease = self._live_lease(app, instance_id, now_ms)
+        lease.renew(now_ms, legacy=self._legacy)
+        instance = lease.instance
+        if self._overrides.get(instance_id) is status and instance.status is status:
+            return
+        self._overrides[instance_id] = status
+        if status is _UP and lease.service_up_ms == 0:
+            lease.service_up_ms = now_ms
+        self._change(
+            lease,
+            now_ms,
+            status=status,
+            overridden_status=status,
+            last_dirty_ms=max(instance.last_dirty_ms, last_dirty_ms or 0),
+        )
+        log.info("override_set", app=app, instance_id=instance_id, status=status.value)
+
+    def delete_status_override(
+        self,
+        app: str,
+        instance_id: str,
+        *,
+        now_ms: int,
+        status: InstanceStatus = _UNKNOWN,
+        last_dirty_ms: int | None = None,
+    ) -> None:
+        """Remove an admin override (contract 6.6), leaving `status` behind it.
+
+        The default UNKNOWN makes the next heartbeat answer 404, so the client re-registers
+        and its own status takes over again.
+        """
+        lease = self._live_lease(app, instance_id, now_ms)
+        lease.renew(now_ms, legacy=self._legacy)
+        if self._overrides.pop(instance_id, None) is None:
+            return
+        self._change(
+            lease,
+            now_ms,
+            status=status,
+            overridden_status=_UNKNOWN,
+            last_dirty_ms=max(lease.instance.last_dirty_ms, last_dirty_ms or 0),
+        )
+        log.info("override_deleted", app=app, instance_id=instance_id, status=status.value)
+
+    def update_metadata(
+        self, app: str, instance_id: str, entries: Mapping[str, str], *, now_ms: int
+    ) -> None:
+        """Merge metadata and re-register as a client call, as Eureka does (contract 3.6)."""
+        instance = self._live_lease(app, instance_id, now_ms).instance
+        merged = {**instance.metadata, **entries}
+        self.register(dataclasses.replace(instance, metadata=merged), now_ms=now_ms)
+
+    def evict_expired(self, *, now_ms: int, extra_ms: int = 0) -> int:
+        """Remove every lease that stopped renewing; returns how many went.
+
+        `extra_ms` is the eviction task's own lateness, so a stalled loop never evicts
+        instances that were renewing on time. Overrides stay: an evicted instance that comes
+        back is still under the admin's decision.
+        """
+        expired = [
+            lease
+            for leases in self._apps.values()
+            for lease in leases.values()
+            if lease.is_expired(now_ms, extra_ms)
+        ]
+        for lease in expired:
+            self._remove(lease, now_ms)
+            log.info(
+                "lease_evicted",
+                app=lease.instance.app,
+                instance_id=lease.instance.instance_id,
+                last_renewal_ms=lease.last_renewal_ms,
+            )
+        return len(expired)
+
+    # Reads -------------------------------------------------------------------------------
+
+    def get(self, app: str, instance_id: str, *, now_ms: int) -> Lease:
+        """The live lease of one instance; an expired one counts as gone."""
+        return self._live_lease(app, instance_id, now_ms)
+
+    def find(self, instance_id: str, *, now_ms: int) -> Lease:
+        """The live lease with this instance id, in whichever application holds it."""
+        for leases in self._apps.values():
+            lease = leases.get(instance_id)
+            if lease is not None and not lease.is_expired(now_ms):
+                return lease
+        raise UnknownInstance(f"no instance {instance_id!r}")
+
+    def applications(self) -> Iterator[tuple[str, Collection[Lease]]]:
+        """Each application that has instances, with its leases (expired ones included)."""
+        for name, leases in self._apps.items():
+            if leases:
+                yield name, leases.values()
+
+    def application(self, app: str) -> Collection[Lease]:
+        return self._apps.get(app, {}).values()
+
+    def leases(self) -> Iterator[Lease]:
+        for leases in self._apps.values():
+            yield from leases.values()
+
+    def reconcile_hash(self) -> str:
+        return reconcile_hash(lease.instance.status for lease in self.leases())
+
+    def overrides(self) -> Mapping[str, InstanceStatus]:
+        return types.MappingProxyType(self._overrides)
+
+    def __len__(self) -> int:
+        return sum(len(leases) for leases in self._apps.values())
+
+    # Internals ---------------------------------------------------------------------------
+
+    def _lease(self, app: str, instance_id: str) -> Lease:
+        lease = self._apps.get(app, {}).get(instance_id)
+        if lease is None:
+            raise UnknownInstance(f"no instance {instance_id!r} in application {app!r}")
+        return lease
+
+    def _live_lease(self, app: str, instance_id: str, now_ms: int) -> Lease:
+        lease = self._lease(app, instance_id)
+        if lease.is_expired(now_ms):
+            raise UnknownInstance(f"the lease of {app}/{instance_id} has expired")
+        return lease
+
+    def _compare_dirty(
+        self,
+        lease: Lease,
+        last_dirty_ms: int,
+        is_replication: bool,
+        overridden_status: InstanceStatus | None,
+        now_ms: int,
+    ) -> None:
+        ours = lease.instance.last_dirty_ms
+        if last_dirty_ms > ours:
+            if is_replication and overridden_status not in (None, _UNKNOWN):
+                self._overrides[lease.instance.instance_id] = overridden_status
+                self._change(lease, now_ms, overridden_status=overridden_status)
+            raise UnknownInstance(
+                f"{lease.instance.app}/{lease.instance.instance_id}: the caller's data is newer "
+                f"({last_dirty_ms} > {ours}), re-register"
+            )
+        if last_dirty_ms < ours and is_replication:
+            raise StaleReplica(lease)
+
+    def _change(self, lease: Lease, now_ms: int, **fields: Any) -> None:
+        lease.instance = dataclasses.replace(
+            lease.instance, action_type=ActionType.MODIFIED, last_updated_ms=now_ms, **fields
+        )
+        self._emit(ActionType.MODIFIED, lease, now_ms)
+
+    def _remove(self, lease: Lease, now_ms: int) -> None:
+        instance = lease.instance
+        leases = self._apps[instance.app]
+        del leases[instance.instance_id]
+        if not leases:
+            del self._apps[instance.app]
+        lease.eviction_ms = now_ms
+        lease.instance = dataclasses.replace(
+            instance, action_type=ActionType.DELETED, last_updated_ms=now_ms
+        )
+        self._emit(ActionType.DELETED, lease, now_ms)
+
+    def _emit(self, action: ActionType, lease: Lease, now_ms: int) -> None:
+        self.index += 1
+        event = ChangeEvent(action=action, lease=lease.snapshot(), index=self.index, at_ms=now_ms)
+        for listener in self._listeners:
+            listener(event)

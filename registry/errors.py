@@ -1,0 +1,57 @@
+"""The registry's errors. The HTTP layer maps each class to a status in one table.
+
+RegistryError               500  a bug: never raised on purpose for bad input
+├── BadInput                400  the request is malformed; nothing changed
+│   └── UnsupportedMediaType 415  a body in a format we do not read
+├── UnknownInstance         404  no such lease (or it expired, or must re-register)
+├── UnknownApplication      404  no instance of that application
+├── NotServed               403  a read this node does not serve now (delta disabled)
+└── StaleReplica            409  a peer holds older data than ours; it gets our copy
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from registry.model import Lease
+
+
+class RegistryError(Exception):
+    @property
+    def code(self) -> str:
+        """The snake_case name clients see in the error body, e.g. `unknown_instance`."""
+        return re.sub(r"(?<!^)(?=[A-Z])", "_", type(self).__name__).lower()
+
+
+class BadInput(RegistryError):
+    def __init__(self, field: str, detail: str) -> None:
+        super().__init__(f"{field}: {detail}")
+        self.field = field
+        self.detail = detail
+
+
+class UnsupportedMediaType(BadInput):
+    pass
+
+
+class UnknownInstance(RegistryError):
+    pass
+
+
+class UnknownApplication(RegistryError):
+    pass
+
+
+class NotServed(RegistryError):
+    pass
+
+
+class StaleReplica(RegistryError):
+    def __init__(self, lease: Lease) -> None:
+        super().__init__(
+            f"{lease.instance.app}/{lease.instance.instance_id}: our copy is newer "
+            f"(lastDirtyTimestamp {lease.instance.last_dirty_ms})"
+        )
+        self.lease = lease

@@ -1,0 +1,14 @@
+"""The reconcile hash clients compare after applying a delta (contract 4.4, 9.3)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+
+from rules import InstanceStatus
+
+
+def reconcile_hash(statuses: Iterable[InstanceStatus]) -> str:
+    """`STATUS_count_` for each status present, in alphabetical order: `DOWN_1_UP_2_`."""
+    counts = Counter(statuses)
+    return "".join(f"{status}_{counts[status]}_" for status in sorted(counts))

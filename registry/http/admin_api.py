@@ -1,0 +1,64 @@
+"""What operators call: status overrides and metadata (contract 3.4-3.6, 3.16)."""
+
+from __future__ import annotations
+
+import orjson
+from aiohttp import web
+
+from registry.appkeys import CLOCK, REGISTRY
+from registry.codec import wire
+from registry.errors import BadInput
+from registry.http import params
+from registry.model import InstanceStatus
+
+
+async def set_status_override(request: web.Request) -> web.Response:
+    """PUT apps/{app}/{id}/status?value=OUT_OF_SERVICE"""
+    status = params.required_status(request)
+    request.app[REGISTRY].set_status_override(
+        params.app_name(request),
+        request.match_info["id"],
+        status,
+        now_ms=request.app[CLOCK].wall_ms(),
+        last_dirty_ms=params.last_dirty_ms(request),
+    )
+    return web.Response()
+
+
+async def delete_status_override(request: web.Request) -> web.Response:
+    """DELETE apps/{app}/{id}/status[?value=UP]; without a value the status becomes UNKNOWN."""
+    status = params.optional_status(request) or InstanceStatus.UNKNOWN
+    request.app[REGISTRY].delete_status_override(
+        params.app_name(request),
+        request.match_info["id"],
+        now_ms=request.app[CLOCK].wall_ms(),
+        status=status,
+        last_dirty_ms=params.last_dirty_ms(request),
+    )
+    return web.Response()
+
+
+async def update_metadata(request: web.Request) -> web.Response:
+    """PUT apps/{app}/{id}/metadata?key=value&...: merges every parameter into the metadata."""
+    entries: dict[str, str] = {}
+    for key in request.query:
+        if not key:
+            raise BadInput("metadata", "keys must not be empty")
+        if key not in entries:  # the first value of a repeated key, as Eureka takes it
+            value = request.query[key]
+            wire.check_text(key, "metadata")
+            wire.check_text(value, f"metadata.{key}")
+            entries[key] = value
+    request.app[REGISTRY].update_metadata(
+        params.app_name(request),
+        request.match_info["id"],
+        entries,
+        now_ms=request.app[CLOCK].wall_ms(),
+    )
+    return web.Response()
+
+
+async def status_overrides(request: web.Request) -> web.Response:
+    """GET /eureka/serverinfo/statusoverrides: every override in force, id -> status."""
+    overrides = {iid: status.value for iid, status in request.app[REGISTRY].overrides().items()}
+    return web.Response(body=orjson.dumps(overrides), content_type="application/json")

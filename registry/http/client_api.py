@@ -1,0 +1,58 @@
+"""What instances call about themselves: register, heartbeat, cancel (contract 3.1-3.3)."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from registry.appkeys import CLOCK, REGISTRY
+from registry.codec import encode_instance, instance_from_wire, wire
+from registry.errors import StaleReplica
+from registry.http import params
+from registry.http.negotiation import payload, read_document, response_format
+from registry.model import InstanceStatus
+
+
+async def register(request: web.Request) -> web.Response:
+    """POST apps/{app}: 204, which is what Java clients count as success."""
+    app = params.app_name(request)
+    document = await read_document(request, root="instance")
+    now_ms = request.app[CLOCK].wall_ms()
+    instance = instance_from_wire(document, now_ms=now_ms, expected_app=app)
+    request.app[REGISTRY].register(
+        instance, now_ms=now_ms, is_replication=params.is_replication(request)
+    )
+    return web.Response(status=204)
+
+
+async def renew(request: web.Request) -> web.Response:
+    """PUT apps/{app}/{id}: the heartbeat. The `status` parameter is ignored, as in Eureka."""
+    replication = params.is_replication(request)
+    last_dirty_ms = params.last_dirty_ms(request)
+    overridden = None
+    if replication:
+        overridden = wire.status(
+            request.query.get("overriddenstatus"),
+            "overriddenstatus",
+            default=InstanceStatus.UNKNOWN,
+        )
+    try:
+        request.app[REGISTRY].renew(
+            params.app_name(request),
+            request.match_info["id"],
+            now_ms=request.app[CLOCK].wall_ms(),
+            is_replication=replication,
+            last_dirty_ms=last_dirty_ms,
+            overridden_status=overridden,
+        )
+    except StaleReplica as stale:
+        fmt = response_format(request)
+        return payload(request, fmt, encode_instance(fmt, stale.lease), status=409)
+    return web.Response()
+
+
+async def cancel(request: web.Request) -> web.Response:
+    """DELETE apps/{app}/{id}: the instance leaves."""
+    request.app[REGISTRY].cancel(
+        params.app_name(request), request.match_info["id"], now_ms=request.app[CLOCK].wall_ms()
+    )
+    return web.Response()

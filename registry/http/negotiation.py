@@ -1,0 +1,61 @@
+"""Choosing formats and reading bodies the way Eureka clients expect (contract 2)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiohttp import hdrs, web
+
+from registry.codec import Format, json_codec, xml_codec
+from registry.errors import BadInput, UnsupportedMediaType
+
+_READABLE_CHARSETS = (None, "utf-8", "utf8", "iso-8859-1")
+
+
+def response_format(request: web.Request) -> Format:
+    """JSON when Accept mentions json anywhere, otherwise XML (no Accept header means XML)."""
+    return Format.JSON if "json" in request.headers.get(hdrs.ACCEPT, "") else Format.XML
+
+
+def payload(request: web.Request, fmt: Format, body: bytes, *, status: int = 200) -> web.Response:
+    """A response carrying an encoded document, gzipped when the client asks for it."""
+    response = web.Response(body=body, status=status, content_type=fmt.content_type)
+    if "gzip" in request.headers.get(hdrs.ACCEPT_ENCODING, ""):
+        response.enable_compression(web.ContentCoding.gzip)
+    return response
+
+
+async def read_document(request: web.Request, *, root: str) -> Any:
+    """The request body as a wire dict, from JSON or XML as its Content-Type says.
+
+    Without a Content-Type the body's first character decides. Gzip request bodies are
+    inflated by aiohttp; one larger than the configured limit is a 413 from aiohttp.
+    """
+    body = await request.read()
+    if not body.strip():
+        raise BadInput("body", "the request body is empty")
+    fmt = _body_format(request, body)
+    if fmt is Format.XML:
+        return xml_codec.decode(body, root=root)
+    if request.charset is not None and request.charset.lower() == "iso-8859-1":
+        body = body.decode("iso-8859-1").encode()
+    document = json_codec.decode(body)
+    if isinstance(document, dict) and root in document:
+        return document[root]
+    return document  # lenient: an unwrapped instance is read as if wrapped
+
+
+def _body_format(request: web.Request, body: bytes) -> Format:
+    charset = request.charset.lower() if request.charset else None
+    if charset not in _READABLE_CHARSETS:
+        raise UnsupportedMediaType("Content-Type", f"charset {charset!r} is not supported")
+    if hdrs.CONTENT_TYPE not in request.headers:
+        return Format.XML if body.lstrip().startswith(b"<") else Format.JSON
+    media = request.content_type.lower()
+    if media == "application/json" or media.endswith("+json"):
+        return Format.JSON
+    if media in ("application/xml", "text/xml") or media.endswith("+xml"):
+        return Format.XML
+    raise UnsupportedMediaType(
+        "Content-Type", f"{media!r} is not supported; send application/json or application/xml"
+    )

@@ -1,0 +1,49 @@
+"""The delta journal: what changed recently, for `GET apps/delta` (contract 9).
+
+It subscribes to the registry's change events and keeps them for the retention window. Because
+every status change is an event here (heartbeat-made ones included), a client that applies the
+delta to its copy ends with the same statuses as the registry, so the reconcile hash matches.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from registry.model import ChangeEvent, LeaseSnapshot
+
+
+class DeltaJournal:
+    def __init__(self, *, retention_ms: int) -> None:
+        self._retention_ms = retention_ms
+        self._events: deque[ChangeEvent] = deque()
+
+    def record(self, event: ChangeEvent) -> None:
+        """Registry listener: remember one change."""
+        self._events.append(event)
+
+    def purge(self, *, now_ms: int) -> int:
+        """Forget changes older than the retention window; returns how many went."""
+        horizon = now_ms - self._retention_ms
+        purged = 0
+        while self._events and self._events[0].at_ms < horizon:
+            self._events.popleft()
+            purged += 1
+        return purged
+
+    def recent(self, *, now_ms: int) -> list[tuple[str, list[LeaseSnapshot]]]:
+        """The latest snapshot of every instance changed within the window, grouped by app.
+
+        Applications and instances come in the order of their first change in the window.
+        """
+        self.purge(now_ms=now_ms)
+        latest: dict[tuple[str, str], LeaseSnapshot] = {}
+        for event in self._events:
+            instance = event.lease.instance
+            latest[(instance.app, instance.instance_id)] = event.lease
+        grouped: dict[str, list[LeaseSnapshot]] = {}
+        for (app, _), snapshot in latest.items():
+            grouped.setdefault(app, []).append(snapshot)
+        return list(grouped.items())
+
+    def __len__(self) -> int:
+        return len(self._events)

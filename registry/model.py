@@ -1,0 +1,157 @@
+"""What the registry holds: instances as clients describe them, and the leases that keep them.
+
+`InstanceInfo` is immutable: a change makes a new one with `dataclasses.replace`, so a snapshot
+handed to the journal or an encoder can never change under it. `Lease` is the one mutable
+object, because a heartbeat must cost no more than storing one integer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Protocol
+
+from rules import InstanceStatus
+
+__all__ = [
+    "AMAZON_CLASS",
+    "DEFAULT_DATA_CENTER_CLASS",
+    "ActionType",
+    "ChangeEvent",
+    "DataCenterInfo",
+    "InstanceInfo",
+    "InstanceStatus",
+    "Lease",
+    "LeaseRecord",
+    "LeaseSnapshot",
+    "PortInfo",
+]
+
+AMAZON_CLASS = "com.netflix.appinfo.AmazonInfo"
+DEFAULT_DATA_CENTER_CLASS = "com.netflix.appinfo.InstanceInfo$DefaultDataCenterInfo"
+
+
+class ActionType(StrEnum):
+    """What the last change did to an instance, as delta clients read it."""
+
+    ADDED = "ADDED"
+    MODIFIED = "MODIFIED"
+    DELETED = "DELETED"
+
+
+@dataclass(slots=True, frozen=True)
+class PortInfo:
+    number: int
+    enabled: bool
+
+
+@dataclass(slots=True, frozen=True, kw_only=True)
+class DataCenterInfo:
+    name: str  # Netflix, Amazon or MyOwn
+    class_name: str = DEFAULT_DATA_CENTER_CLASS
+    metadata: Mapping[str, str] = field(default_factory=dict)  # Amazon only, kept verbatim
+
+
+@dataclass(slots=True, frozen=True, kw_only=True)
+class InstanceInfo:
+    """One instance with every field of the wire format (contract 4.2).
+
+    The lease timestamps of `leaseInfo` are not here: they belong to the `Lease` and are
+    written from it on every read. Mappings are never mutated after construction.
+    """
+
+    instance_id: str
+    app: str
+    host_name: str
+    ip_addr: str
+    data_center_info: DataCenterInfo
+    status: InstanceStatus = InstanceStatus.UP
+    overridden_status: InstanceStatus = InstanceStatus.UNKNOWN
+    port: PortInfo = PortInfo(7001, True)
+    secure_port: PortInfo = PortInfo(7002, False)
+    renewal_interval_secs: int = 30
+    duration_secs: int = 90
+    metadata: Mapping[str, str] = field(default_factory=dict)
+    sid: str = "na"
+    country_id: int = 1
+    app_group_name: str | None = None
+    home_page_url: str | None = None
+    status_page_url: str | None = None
+    health_check_url: str | None = None
+    secure_health_check_url: str | None = None
+    vip_address: str | None = None
+    secure_vip_address: str | None = None
+    last_updated_ms: int = 0
+    last_dirty_ms: int = 0
+    action_type: ActionType | None = None
+    asg_name: str | None = None
+
+
+class LeaseRecord(Protocol):
+    """What an encoder reads of a lease: a live `Lease` or a `LeaseSnapshot`."""
+
+    @property
+    def instance(self) -> InstanceInfo: ...
+    @property
+    def registration_ms(self) -> int: ...
+    @property
+    def last_renewal_ms(self) -> int: ...
+    @property
+    def eviction_ms(self) -> int: ...
+    @property
+    def service_up_ms(self) -> int: ...
+
+
+@dataclass(slots=True)
+class Lease:
+    """The registry's hold on one instance; alive while heartbeats keep renewing it."""
+
+    instance: InstanceInfo
+    duration_ms: int
+    registration_ms: int
+    last_renewal_ms: int
+    service_up_ms: int = 0
+    eviction_ms: int = 0
+
+    def renew(self, now_ms: int, *, legacy: bool = False) -> None:
+        """Record a heartbeat.
+
+        Legacy mode stores now + duration, as Eureka does (contract 7): renewed leases then
+        live 2 x duration and `lastRenewalTimestamp` is future-dated.
+        """
+        self.last_renewal_ms = now_ms + self.duration_ms if legacy else now_ms
+
+    def is_expired(self, now_ms: int, extra_ms: int = 0) -> bool:
+        """Cancelled, or not renewed for longer than its duration (plus `extra_ms` of grace)."""
+        return self.eviction_ms > 0 or now_ms > self.last_renewal_ms + self.duration_ms + extra_ms
+
+    def snapshot(self) -> LeaseSnapshot:
+        return LeaseSnapshot(
+            instance=self.instance,
+            registration_ms=self.registration_ms,
+            last_renewal_ms=self.last_renewal_ms,
+            eviction_ms=self.eviction_ms,
+            service_up_ms=self.service_up_ms,
+        )
+
+
+@dataclass(slots=True, frozen=True, kw_only=True)
+class LeaseSnapshot:
+    """A lease as it was at one change; what the delta journal keeps."""
+
+    instance: InstanceInfo
+    registration_ms: int
+    last_renewal_ms: int
+    eviction_ms: int
+    service_up_ms: int
+
+
+@dataclass(slots=True, frozen=True, kw_only=True)
+class ChangeEvent:
+    """One change of the registry, emitted to every subscriber in index order."""
+
+    action: ActionType
+    lease: LeaseSnapshot
+    index: int
+    at_ms: int

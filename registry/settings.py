@@ -1,0 +1,127 @@
+"""Settings: one frozen object, read once at start-up.
+
+Layers, later ones winning: the defaults below (the same values as `config/default.toml`), a TOML
+file, environment variables `REGISTRY_<KEY>` (e.g. `REGISTRY_PORT=8762`), then command-line
+flags. Durations are in seconds. A bad value fails at start-up, naming its key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+SECONDS = 1.0
+MINUTES = 60 * SECONDS
+ENV_PREFIX = "REGISTRY_"
+LOG_FORMATS = ("auto", "json", "console")
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+class SettingsError(ValueError):
+    pass
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Settings:
+    host: str = "127.0.0.1"  # loopback until credentials exist to protect a wider bind
+    port: int = 8761
+    # Leases and eviction
+    legacy_lease_expiry: bool = False  # Eureka's 2 x duration after the last renewal
+    eviction_interval: float = 5 * SECONDS
+    sync_when_timestamp_differs: bool = True
+    # Delta journal
+    disable_delta: bool = False
+    delta_retention: float = 3 * MINUTES
+    delta_cleanup_interval: float = 30 * SECONDS
+    # HTTP
+    max_body_bytes: int = 1024 * 1024
+    access_log: bool = False
+    # Logging
+    log_level: str = "info"
+    log_format: str = "auto"  # auto: console on a terminal, JSON lines otherwise
+
+    def __post_init__(self) -> None:
+        if not 0 < self.port < 65536:
+            raise SettingsError(f"port: {self.port} is not a TCP port")
+        for key in ("eviction_interval", "delta_retention", "delta_cleanup_interval"):
+            if getattr(self, key) <= 0:
+                raise SettingsError(f"{key}: must be positive, not {getattr(self, key)}")
+        if self.max_body_bytes < 1024:
+            raise SettingsError(f"max_body_bytes: {self.max_body_bytes} is too small")
+        if self.log_format not in LOG_FORMATS:
+            raise SettingsError(f"log_format: {self.log_format!r} is not one of {LOG_FORMATS}")
+        if self.log_level not in LOG_LEVELS:
+            raise SettingsError(f"log_level: {self.log_level!r} is not one of {LOG_LEVELS}")
+
+    @classmethod
+    def load(
+        cls,
+        toml_path: Path | None = None,
+        environ: Mapping[str, str] | None = None,
+        **overrides: Any,
+    ) -> Settings:
+        """Defaults, then the TOML file, then `REGISTRY_*` variables, then `overrides`."""
+        values: dict[str, Any] = {}
+        if toml_path is not None:
+            values.update(_read_toml(toml_path))
+        for key, raw in (environ or {}).items():
+            if key.startswith(ENV_PREFIX):
+                name = key.removeprefix(ENV_PREFIX).lower()
+                values[name] = _from_text(name, raw)
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return cls._build(values)
+
+    @classmethod
+    def _build(cls, values: Mapping[str, Any]) -> Settings:
+        types = _field_types()
+        unknown = sorted(set(values) - set(types))
+        if unknown:
+            raise SettingsError(f"{unknown[0]}: unknown setting")
+        coerced = {key: _coerce(key, value, types[key]) for key, value in values.items()}
+        try:
+            return cls(**coerced)
+        except TypeError as exc:
+            raise SettingsError(str(exc)) from None
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as f:
+            return tomllib.load(f)
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise SettingsError(f"cannot read settings from {path}: {exc}") from None
+
+
+def _field_types() -> dict[str, type]:
+    hints = typing.get_type_hints(Settings)
+    return {f.name: hints[f.name] for f in dataclasses.fields(Settings)}
+
+
+def _from_text(key: str, raw: str) -> Any:
+    kind = _field_types().get(key)
+    if kind is None:
+        raise SettingsError(f"{key}: unknown setting ({ENV_PREFIX}{key.upper()})")
+    if kind is bool:
+        lowered = raw.strip().lower()
+        if lowered not in ("true", "false", "1", "0", "yes", "no"):
+            raise SettingsError(f"{key}: {raw!r} is not a boolean")
+        return lowered in ("true", "1", "yes")
+    return raw
+
+
+def _coerce(key: str, value: Any, kind: type) -> Any:
+    if isinstance(value, kind) and not (kind is int and isinstance(value, bool)):
+        return value
+    try:
+        if kind is float and isinstance(value, int | str) and not isinstance(value, bool):
+            return float(value)
+        if kind is int and isinstance(value, str):
+            return int(value)
+    except ValueError:
+        pass
+    raise SettingsError(f"{key}: {value!r} is not a valid {kind.__name__}")

@@ -1,0 +1,134 @@
+"""The rule chain, row by row against contract 6.7, and against a reference written apart."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from rules import CHAIN, InstanceStatus, first_match
+
+S = InstanceStatus
+ABBREV = {"U": S.UP, "D": S.DOWN, "S": S.STARTING, "O": S.OUT_OF_SERVICE, "?": S.UNKNOWN, "-": None}
+COLUMNS = "-UDSO?"  # the status held by the existing lease: none, UP, DOWN, STARTING, OOS, UNKNOWN
+
+# One matrix per (claimed status, is_replication), written by hand from contract 6.7.
+# Rows: the admin override (- = none); columns: the existing lease's status (see COLUMNS);
+# cells: the status the chain must decide.
+#   DownOrStarting: DOWN/STARTING/UNKNOWN claims are believed, whatever else is true.
+#   OverrideExists: otherwise an override wins.
+#   LeaseExists: otherwise, for client calls only, an existing UP/OUT_OF_SERVICE lease wins.
+#   AlwaysMatch: otherwise the claim stands.
+MATRICES: dict[tuple[str, bool], str] = {
+    ("U", False): """
+        - UUUUOU
+        U UUUUUU
+        D DDDDDD
+        S SSSSSS
+        O OOOOOO
+        ? ??????
+    """,
+    ("U", True): """
+        - UUUUUU
+        U UUUUUU
+        D DDDDDD
+        S SSSSSS
+        O OOOOOO
+        ? ??????
+    """,
+    ("O", False): """
+        - OUOOOO
+        U UUUUUU
+        D DDDDDD
+        S SSSSSS
+        O OOOOOO
+        ? ??????
+    """,
+    ("O", True): """
+        - OOOOOO
+        U UUUUUU
+        D DDDDDD
+        S SSSSSS
+        O OOOOOO
+        ? ??????
+    """,
+}
+for _claim in "DS?":
+    for _repl in (False, True):
+        MATRICES[(_claim, _repl)] = "\n".join(f"{o} {_claim * 6}" for o in "-UDSO?")
+
+
+def _rows() -> list[tuple[S, S | None, S | None, bool, S]]:
+    rows = []
+    for (claimed, repl), matrix in MATRICES.items():
+        for line in matrix.split("\n"):
+            if not line.strip():
+                continue
+            override, cells = line.split()
+            for existing, expected in zip(COLUMNS, cells, strict=True):
+                rows.append(
+                    (ABBREV[claimed], ABBREV[override], ABBREV[existing], repl, ABBREV[expected])
+                )
+    return rows
+
+
+ROWS = _rows()
+
+
+def test_table_covers_every_combination() -> None:
+    """Every status x override x existing lease x replication flag has exactly one row."""
+    statuses = list(S)
+    options = [None, *statuses]
+    expected = set(itertools.product(statuses, options, options, (False, True)))
+    assert expected == {row[:4] for row in ROWS}
+    assert len(expected) == len(ROWS)
+
+
+@pytest.mark.parametrize(("claimed", "override", "existing", "is_replication", "expected"), ROWS)
+def test_chain_decides_as_the_contract_says(
+    claimed: S, override: S | None, existing: S | None, is_replication: bool, expected: S
+) -> None:
+    """The chain's answer for one combination is the contract's."""
+    assert expected == first_match(CHAIN, claimed, override, existing, is_replication)
+
+
+def reference(claimed: S, override: S | None, existing: S | None, is_replication: bool) -> S:
+    """Contract 6.7 restated as one expression, independent of the rule functions."""
+    if claimed not in (S.UP, S.OUT_OF_SERVICE):
+        return claimed
+    if override is not None:
+        return override
+    if not is_replication and existing in (S.UP, S.OUT_OF_SERVICE):
+        return existing
+    return claimed
+
+
+statuses = st.sampled_from(list(S))
+
+
+@given(statuses, st.none() | statuses, st.none() | statuses, st.booleans())
+def test_chain_agrees_with_reference(
+    claimed: S, override: S | None, existing: S | None, is_replication: bool
+) -> None:
+    """For any input the chain and the reference decide the same status."""
+    expected = reference(claimed, override, existing, is_replication)
+    assert expected == first_match(CHAIN, claimed, override, existing, is_replication)
+
+
+def test_chain_without_always_match_can_fail_loudly() -> None:
+    """A chain that lets every rule pass raises instead of inventing a status."""
+    with pytest.raises(LookupError):
+        first_match(CHAIN[1:3], S.UP, None, None, True)
+
+
+class TestParse:
+    def test_is_case_insensitive(self) -> None:
+        """Status names are read in any case."""
+        assert S.OUT_OF_SERVICE == S.parse(" out_of_service ")
+
+    def test_rejects_unknown_names(self) -> None:
+        """An unknown name is an error that lists the valid ones."""
+        with pytest.raises(ValueError, match="expected one of UP, DOWN"):
+            S.parse("SLEEPING")
