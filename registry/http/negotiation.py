@@ -10,6 +10,8 @@ from registry.codec import Format, json_codec, xml_codec
 from registry.errors import BadInput, UnsupportedMediaType
 
 _READABLE_CHARSETS = (None, "utf-8", "utf8", "iso-8859-1")
+# Types that say nothing about the body (HTTP libraries' and curl's defaults): look at it instead.
+_UNSPECIFIED = ("application/octet-stream", "application/x-www-form-urlencoded")
 
 
 def response_format(request: web.Request) -> Format:
@@ -28,7 +30,7 @@ def payload(request: web.Request, fmt: Format, body: bytes, *, status: int = 200
 async def read_document(request: web.Request, *, root: str) -> Any:
     """The request body as a wire dict, from JSON or XML as its Content-Type says.
 
-    Without a Content-Type the body's first character decides. Gzip request bodies are
+    Without a telling Content-Type the body's first character decides. Gzip request bodies are
     inflated by aiohttp; one larger than the configured limit is a 413 from aiohttp.
     """
     body = await request.read()
@@ -49,9 +51,9 @@ def _body_format(request: web.Request, body: bytes) -> Format:
     charset = request.charset.lower() if request.charset else None
     if charset not in _READABLE_CHARSETS:
         raise UnsupportedMediaType("Content-Type", f"charset {charset!r} is not supported")
-    if hdrs.CONTENT_TYPE not in request.headers:
-        return Format.XML if body.lstrip().startswith(b"<") else Format.JSON
     media = request.content_type.lower()
+    if hdrs.CONTENT_TYPE not in request.headers or media in _UNSPECIFIED:
+        return Format.XML if body.lstrip().startswith(b"<") else Format.JSON
     if media == "application/json" or media.endswith("+json"):
         return Format.JSON
     if media in ("application/xml", "text/xml") or media.endswith("+xml"):

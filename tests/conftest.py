@@ -1,0 +1,38 @@
+"""Fixtures: the real app on a fake clock, and blockbuster watching the event loop."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterator
+
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestClient
+from blockbuster import BlockBuster, blockbuster_ctx
+
+from registry import FakeClock, Settings, create_app
+
+AiohttpClient = Callable[[web.Application], Awaitable[TestClient]]
+
+
+@pytest.fixture(autouse=True)
+def blockbuster() -> Iterator[BlockBuster]:
+    """Fail any test whose code blocks the event loop."""
+    with blockbuster_ctx() as bb:
+        yield bb
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def settings() -> Settings:
+    return Settings()
+
+
+@pytest.fixture(name="client")
+async def _client(
+    aiohttp_client: AiohttpClient, settings: Settings, clock: FakeClock
+) -> TestClient:
+    return await aiohttp_client(create_app(settings, clock=clock))

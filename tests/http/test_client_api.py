@@ -1,0 +1,161 @@
+"""Register, heartbeat and cancel over HTTP: status codes and paths as Eureka clients expect."""
+
+from __future__ import annotations
+
+import gzip
+
+import orjson
+import pytest
+
+from tests.helpers import JSON, fetch_json, instance_doc, register, registry_of
+
+REPLICATION = {"x-netflix-discovery-replication": "true"}
+
+
+class TestPaths:
+    @pytest.mark.parametrize("base", ["/eureka/", "/eureka/v2/", "/eureka/v1/"])
+    @pytest.mark.parametrize("slash", ["", "/"])
+    async def test_every_prefix_and_trailing_slash(self, client, base, slash):
+        """Both API prefixes work, with or without a trailing slash."""
+        response = await client.post(
+            f"{base}apps/ORDERS{slash}",
+            data=orjson.dumps({"instance": instance_doc()}),
+            headers={"Content-Type": "application/json"},
+        )
+        assert 204 == response.status
+        assert 200 == (await client.put(f"{base}apps/ORDERS/i-1{slash}")).status
+        assert 200 == (await client.get(f"{base}apps{slash}", headers=JSON)).status
+
+    async def test_app_names_are_case_insensitive(self, client):
+        """apps/orders and apps/ORDERS are the same application; instance ids are not folded."""
+        await register(client, "orders", "i-1")
+        assert 200 == (await client.put("/eureka/apps/Orders/i-1")).status
+        assert 404 == (await client.put("/eureka/apps/ORDERS/I-1")).status
+        assert ["ORDERS"] == [name for name, _ in registry_of(client).applications()]
+
+
+class TestRegister:
+    async def test_register_answers_204_with_no_body(self, client):
+        """Java clients count only 204 as a successful registration."""
+        response = await client.post(
+            "/eureka/apps/ORDERS",
+            data=orjson.dumps({"instance": instance_doc()}),
+            headers={"Content-Type": "application/json"},
+        )
+        assert (204, b"") == (response.status, await response.read())
+
+    async def test_gzip_request_body_is_inflated(self, client):
+        """A gzip-compressed registration is read like a plain one."""
+        response = await client.post(
+            "/eureka/apps/ORDERS",
+            data=gzip.compress(orjson.dumps({"instance": instance_doc()})),
+            headers={"Content-Type": "application/json", "Content-Encoding": "gzip"},
+        )
+        assert 204 == response.status
+        assert 1 == len(registry_of(client))
+
+    async def test_minimal_body_is_enough(self, client):
+        """hostName, app, ipAddr and dataCenterInfo are all a registration needs."""
+        body = {
+            "instance": {
+                "hostName": "h1",
+                "app": "MINI",
+                "ipAddr": "10.1.1.1",
+                "dataCenterInfo": {"name": "MyOwn"},
+            }
+        }
+        response = await client.post("/eureka/apps/MINI", data=orjson.dumps(body))
+        assert 204 == response.status
+        doc = await fetch_json(client, "/eureka/apps/MINI/h1")
+        instance = doc["instance"]
+        assert ("h1", "UP", {"$": 7001, "@enabled": "true"}) == (
+            instance["instanceId"],
+            instance["status"],
+            instance["port"],
+        )
+
+    async def test_lenient_scalars(self, client):
+        """Bare port numbers, boolean @enabled and the lower-case overriddenstatus are accepted."""
+        await register(
+            client,
+            port=8080,
+            securePort={"$": "8443", "@enabled": True},
+            overriddenStatus=...,
+            overriddenstatus="UNKNOWN",
+            lastDirtyTimestamp=1735689000000,
+        )
+        instance = (await fetch_json(client, "/eureka/apps/ORDERS/i-1"))["instance"]
+        assert {"$": 8080, "@enabled": "true"} == instance["port"]
+        assert {"$": 8443, "@enabled": "true"} == instance["securePort"]
+        assert "1735689000000" == instance["lastDirtyTimestamp"]
+
+    async def test_spring_metadata_instance_id(self, client):
+        """Without instanceId, Spring's metadata.instanceId gives host:id."""
+        await register(client, iid="ignored", instanceId=..., metadata={"instanceId": "orders:1"})
+        instance = registry_of(client).find("ignored.example.internal:orders:1", now_ms=0).instance
+        assert "ORDERS" == instance.app
+
+    async def test_amazon_instance_id_is_filled_in(self, client):
+        """An Amazon data center without instance-id gets the instance's id, as Eureka does."""
+        await register(
+            client,
+            dataCenterInfo={
+                "@class": "com.netflix.appinfo.AmazonInfo",
+                "name": "Amazon",
+                "metadata": {"availability-zone": "us-east-1a"},
+            },
+        )
+        instance = (await fetch_json(client, "/eureka/apps/ORDERS/i-1"))["instance"]
+        assert {"availability-zone": "us-east-1a", "instance-id": "i-1"} == (
+            instance["dataCenterInfo"]["metadata"]
+        )
+
+
+class TestHeartbeat:
+    async def test_heartbeat_is_200_and_unknown_is_404(self, client):
+        """A known instance renews with 200; an unknown one gets 404 so it re-registers."""
+        await register(client)
+        assert 200 == (await client.put("/eureka/apps/ORDERS/i-1?status=UP")).status
+        assert 404 == (await client.put("/eureka/apps/ORDERS/i-2")).status
+
+    async def test_status_parameter_is_ignored(self, client):
+        """The client's ?status= does not change what the registry holds."""
+        await register(client)
+        await client.put("/eureka/apps/ORDERS/i-1?status=DOWN")
+        assert "UP_1_" == registry_of(client).reconcile_hash()
+
+    async def test_newer_client_data_gets_404(self, client):
+        """A client whose lastDirtyTimestamp is newer than ours is asked to re-register."""
+        await register(client, lastDirtyTimestamp="1000")
+        assert 404 == (await client.put("/eureka/apps/ORDERS/i-1?lastDirtyTimestamp=2000")).status
+        assert 200 == (await client.put("/eureka/apps/ORDERS/i-1?lastDirtyTimestamp=1000")).status
+        assert 200 == (await client.put("/eureka/apps/ORDERS/i-1?lastDirtyTimestamp=500")).status
+
+    async def test_stale_peer_gets_409_with_our_instance(self, client):
+        """A peer with older data gets 409 and our copy, in the format it accepts."""
+        await register(client, lastDirtyTimestamp="1000")
+        response = await client.put(
+            "/eureka/apps/ORDERS/i-1?lastDirtyTimestamp=500",
+            headers={**REPLICATION, **JSON},
+        )
+        assert 409 == response.status
+        assert "1000" == (await response.json())["instance"]["lastDirtyTimestamp"]
+
+    async def test_newer_peer_hands_over_its_override(self, client):
+        """A replicated heartbeat with newer data stores the peer's override and answers 404."""
+        await register(client, lastDirtyTimestamp="1000")
+        response = await client.put(
+            "/eureka/apps/ORDERS/i-1?lastDirtyTimestamp=2000&overriddenstatus=OUT_OF_SERVICE",
+            headers=REPLICATION,
+        )
+        assert 404 == response.status
+        assert {"i-1": "OUT_OF_SERVICE"} == dict(registry_of(client).overrides())
+
+
+class TestCancel:
+    async def test_cancel_is_200_then_404(self, client):
+        """Cancelling removes the instance; cancelling again finds nothing."""
+        await register(client)
+        assert 200 == (await client.delete("/eureka/apps/ORDERS/i-1")).status
+        assert 404 == (await client.delete("/eureka/apps/ORDERS/i-1")).status
+        assert 0 == len(registry_of(client))

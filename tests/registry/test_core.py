@@ -1,0 +1,382 @@
+"""The registry core: commands, their events, and Eureka's status and timestamp rules."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from registry.core import Registry
+from registry.errors import StaleReplica, UnknownInstance
+from registry.model import ActionType, ChangeEvent, DataCenterInfo, InstanceInfo, InstanceStatus
+
+S = InstanceStatus
+T0 = 1_735_689_000_000
+
+
+def make(
+    iid: str = "i-1",
+    app: str = "ORDERS",
+    status: S = S.UP,
+    dirty: int = T0,
+    **fields: object,
+) -> InstanceInfo:
+    return InstanceInfo(
+        instance_id=iid,
+        app=app,
+        host_name=f"{iid}.internal",
+        ip_addr="10.0.0.5",
+        data_center_info=DataCenterInfo(name="MyOwn"),
+        status=status,
+        last_dirty_ms=dirty,
+        last_updated_ms=dirty,
+        **fields,  # type: ignore[arg-type]
+    )
+
+
+@pytest.fixture
+def events() -> list[ChangeEvent]:
+    return []
+
+
+@pytest.fixture
+def registry(events: list[ChangeEvent]) -> Registry:
+    r = Registry()
+    r.subscribe(events.append)
+    return r
+
+
+def status_of(registry: Registry, iid: str = "i-1", app: str = "ORDERS") -> S:
+    return registry.get(app, iid, now_ms=T0).instance.status
+
+
+class TestRegister:
+    def test_new_instance_gets_a_lease_and_an_added_event(self, registry, events):
+        """A first registration creates a lease stamped now and emits ADDED with index 1."""
+        registry.register(make(), now_ms=T0 + 5)
+        lease = registry.get("ORDERS", "i-1", now_ms=T0 + 5)
+        assert (T0 + 5, T0 + 5, T0 + 5) == (
+            lease.registration_ms,
+            lease.last_renewal_ms,
+            lease.service_up_ms,
+        )
+        assert ActionType.ADDED == lease.instance.action_type
+        assert T0 + 5 == lease.instance.last_updated_ms
+        assert [(ActionType.ADDED, 1)] == [(e.action, e.index) for e in events]
+
+    def test_service_up_is_kept_across_re_registration(self, registry):
+        """Re-registering restarts the lease but keeps when the instance first came UP."""
+        registry.register(make(status=S.STARTING), now_ms=T0)
+        assert 0 == registry.get("ORDERS", "i-1", now_ms=T0).service_up_ms
+        registry.register(make(dirty=T0 + 1), now_ms=T0 + 10)
+        registry.register(make(dirty=T0 + 2), now_ms=T0 + 20)
+        lease = registry.get("ORDERS", "i-1", now_ms=T0 + 20)
+        assert (T0 + 10, T0 + 20) == (lease.service_up_ms, lease.registration_ms)
+
+    def test_older_data_does_not_replace_newer(self, registry):
+        """An incoming instance with an older lastDirtyTimestamp keeps the stored one."""
+        registry.register(make(dirty=T0 + 100, metadata={"v": "new"}), now_ms=T0)
+        registry.register(make(dirty=T0, metadata={"v": "old"}), now_ms=T0 + 1)
+        assert {"v": "new"} == registry.get("ORDERS", "i-1", now_ms=T0).instance.metadata
+
+    def test_equal_dirty_timestamps_take_the_incoming_data(self, registry):
+        """On a tie the registration that arrives wins."""
+        registry.register(make(metadata={"v": "first"}), now_ms=T0)
+        registry.register(make(metadata={"v": "second"}), now_ms=T0 + 1)
+        assert {"v": "second"} == registry.get("ORDERS", "i-1", now_ms=T0).instance.metadata
+
+    def test_client_cannot_take_itself_out_of_service_over_an_up_lease(self, registry):
+        """LeaseExists: the server's UP beats a client re-registering OUT_OF_SERVICE."""
+        registry.register(make(), now_ms=T0)
+        registry.register(make(status=S.OUT_OF_SERVICE), now_ms=T0 + 1)
+        assert S.UP == status_of(registry)
+
+    def test_peer_registration_is_taken_as_sent(self, registry):
+        """Replicated registrations skip LeaseExists: the peer's status stands."""
+        registry.register(make(), now_ms=T0)
+        registry.register(make(status=S.OUT_OF_SERVICE), now_ms=T0 + 1, is_replication=True)
+        assert S.OUT_OF_SERVICE == status_of(registry)
+
+    def test_override_survives_re_registration(self, registry):
+        """An admin override beats the UP a client registers with."""
+        registry.register(make(), now_ms=T0)
+        registry.set_status_override("ORDERS", "i-1", S.OUT_OF_SERVICE, now_ms=T0 + 1)
+        registry.register(make(dirty=T0 + 50), now_ms=T0 + 2)
+        instance = registry.get("ORDERS", "i-1", now_ms=T0 + 2).instance
+        assert (S.OUT_OF_SERVICE, S.OUT_OF_SERVICE) == (instance.status, instance.overridden_status)
+
+    def test_down_claim_beats_an_override(self, registry):
+        """DownOrStarting runs first: an instance reporting DOWN is DOWN despite an override."""
+        registry.register(make(), now_ms=T0)
+        registry.set_status_override("ORDERS", "i-1", S.UP, now_ms=T0 + 1)
+        registry.register(make(status=S.DOWN, dirty=T0 + 5), now_ms=T0 + 2)
+        assert S.DOWN == status_of(registry)
+
+    def test_overridden_status_in_a_registration_becomes_the_override(self, registry):
+        """A registration carrying overriddenStatus (how peers hand overrides over) stores it."""
+        registry.register(make(overridden_status=S.OUT_OF_SERVICE), now_ms=T0, is_replication=True)
+        assert {"i-1": S.OUT_OF_SERVICE} == dict(registry.overrides())
+        assert S.OUT_OF_SERVICE == status_of(registry)
+
+
+class TestRenew:
+    def test_renew_stores_the_time_and_emits_nothing(self, registry, events):
+        """A plain heartbeat moves lastRenewalTimestamp and changes nothing else."""
+        registry.register(make(), now_ms=T0)
+        registry.renew("ORDERS", "i-1", now_ms=T0 + 30_000)
+        assert T0 + 30_000 == registry.get("ORDERS", "i-1", now_ms=T0).last_renewal_ms
+        assert 1 == len(events)
+
+    def test_unknown_instance_is_404(self, registry):
+        """Renewing an instance without a lease fails."""
+        with pytest.raises(UnknownInstance):
+            registry.renew("ORDERS", "ghost", now_ms=T0)
+
+    def test_expired_lease_can_still_be_renewed(self, registry):
+        """There is no expiry check on renew: a late heartbeat revives a lease not yet evicted."""
+        registry.register(make(), now_ms=T0)
+        registry.renew("ORDERS", "i-1", now_ms=T0 + 500_000)
+        assert T0 + 500_000 == registry.get("ORDERS", "i-1", now_ms=T0 + 500_000).last_renewal_ms
+
+    def test_unknown_status_forces_re_registration(self, registry):
+        """After an override is deleted without a value the next heartbeat answers 404."""
+        registry.register(make(), now_ms=T0)
+        registry.set_status_override("ORDERS", "i-1", S.OUT_OF_SERVICE, now_ms=T0)
+        registry.delete_status_override("ORDERS", "i-1", now_ms=T0 + 1)
+        before = registry.get("ORDERS", "i-1", now_ms=T0 + 1).last_renewal_ms
+        with pytest.raises(UnknownInstance, match="re-register"):
+            registry.renew("ORDERS", "i-1", now_ms=T0 + 2)
+        assert before == registry.get("ORDERS", "i-1", now_ms=T0 + 2).last_renewal_ms
+
+    def test_override_applied_by_a_heartbeat_is_a_modified_change(self, registry, events):
+        """A heartbeat that changes the status records MODIFIED, unlike Eureka."""
+        registry.register(make(), now_ms=T0)
+        # A peer hands over an override with a newer heartbeat; the status is not yet changed.
+        with pytest.raises(UnknownInstance):
+            registry.renew(
+                "ORDERS",
+                "i-1",
+                now_ms=T0 + 1,
+                last_dirty_ms=T0 + 5,
+                is_replication=True,
+                overridden_status=S.OUT_OF_SERVICE,
+            )
+        assert S.UP == status_of(registry)
+        registry.renew("ORDERS", "i-1", now_ms=T0 + 2)
+        assert S.OUT_OF_SERVICE == status_of(registry)
+        assert ActionType.MODIFIED == events[-1].action
+        assert S.OUT_OF_SERVICE == events[-1].lease.instance.status
+
+    def test_newer_dirty_timestamp_from_caller_is_404(self, registry):
+        """A caller with newer data is told to re-register; the lease was still renewed."""
+        registry.register(make(), now_ms=T0)
+        with pytest.raises(UnknownInstance, match="newer"):
+            registry.renew("ORDERS", "i-1", now_ms=T0 + 7, last_dirty_ms=T0 + 1)
+        assert T0 + 7 == registry.get("ORDERS", "i-1", now_ms=T0 + 7).last_renewal_ms
+
+    def test_older_dirty_timestamp_from_a_client_is_fine(self, registry):
+        """A client whose data is older than ours just gets its 200."""
+        registry.register(make(dirty=T0 + 10), now_ms=T0)
+        registry.renew("ORDERS", "i-1", now_ms=T0 + 1, last_dirty_ms=T0)
+
+    def test_older_dirty_timestamp_from_a_peer_is_409_with_our_copy(self, registry):
+        """A peer with older data gets a conflict carrying our instance."""
+        registry.register(make(dirty=T0 + 10), now_ms=T0)
+        with pytest.raises(StaleReplica) as caught:
+            registry.renew("ORDERS", "i-1", now_ms=T0 + 1, last_dirty_ms=T0, is_replication=True)
+        assert T0 + 10 == caught.value.lease.instance.last_dirty_ms
+
+    def test_peer_with_newer_data_hands_over_its_override(self, registry):
+        """A replicated heartbeat with newer data and an override stores the override, then 404."""
+        registry.register(make(), now_ms=T0)
+        with pytest.raises(UnknownInstance):
+            registry.renew(
+                "ORDERS",
+                "i-1",
+                now_ms=T0 + 1,
+                last_dirty_ms=T0 + 5,
+                is_replication=True,
+                overridden_status=S.OUT_OF_SERVICE,
+            )
+        assert {"i-1": S.OUT_OF_SERVICE} == dict(registry.overrides())
+
+    def test_dirty_check_can_be_turned_off(self):
+        """With sync_when_timestamp_differs off, lastDirtyTimestamp is not compared."""
+        registry = Registry(sync_when_timestamp_differs=False)
+        registry.register(make(), now_ms=T0)
+        registry.renew("ORDERS", "i-1", now_ms=T0 + 1, last_dirty_ms=T0 + 99)
+
+
+class TestLeaseExpiry:
+    def test_exact_expiry_by_default(self, registry):
+        """A lease expires exactly `duration` after its last renewal."""
+        registry.register(make(), now_ms=T0)
+        registry.renew("ORDERS", "i-1", now_ms=T0 + 30_000)
+        registry.get("ORDERS", "i-1", now_ms=T0 + 120_000)
+        with pytest.raises(UnknownInstance, match="expired"):
+            registry.get("ORDERS", "i-1", now_ms=T0 + 120_001)
+
+    def test_legacy_expiry_is_twice_the_duration_after_a_renewal(self):
+        """Eureka's behaviour on request: renewal stamps now + duration, expiry 2 x duration."""
+        registry = Registry(legacy_lease_expiry=True)
+        registry.register(make(), now_ms=T0)
+        registry.renew("ORDERS", "i-1", now_ms=T0 + 30_000)
+        lease = registry.get("ORDERS", "i-1", now_ms=T0 + 210_000)
+        assert T0 + 120_000 == lease.last_renewal_ms  # future-dated, as Eureka shows it
+        with pytest.raises(UnknownInstance):
+            registry.get("ORDERS", "i-1", now_ms=T0 + 210_001)
+
+    def test_duration_comes_from_the_instance(self, registry):
+        """An instance asking for a 10 s lease gets one."""
+        registry.register(make(duration_secs=10), now_ms=T0)
+        assert 1 == registry.evict_expired(now_ms=T0 + 10_001)
+
+    def test_eviction_removes_only_expired_leases_and_emits_deleted(self, registry, events):
+        """Eviction takes the silent instance and leaves the renewing one."""
+        registry.register(make("a"), now_ms=T0)
+        registry.register(make("b"), now_ms=T0)
+        registry.renew("ORDERS", "b", now_ms=T0 + 60_000)
+        assert 1 == registry.evict_expired(now_ms=T0 + 90_001)
+        assert ["b"] == [lease.instance.instance_id for lease in registry.leases()]
+        deleted = events[-1]
+        assert (ActionType.DELETED, "a", T0 + 90_001) == (
+            deleted.action,
+            deleted.lease.instance.instance_id,
+            deleted.lease.eviction_ms,
+        )
+
+    def test_eviction_grace_covers_the_evictor_lateness(self, registry):
+        """Extra milliseconds (the tick's own delay) keep a just-late lease."""
+        registry.register(make(), now_ms=T0)
+        assert 0 == registry.evict_expired(now_ms=T0 + 95_000, extra_ms=5_000)
+        assert 1 == registry.evict_expired(now_ms=T0 + 95_001, extra_ms=5_000)
+
+    def test_eviction_keeps_the_admin_override(self, registry):
+        """An evicted instance that comes back is still under its override."""
+        registry.register(make(), now_ms=T0)
+        registry.set_status_override("ORDERS", "i-1", S.OUT_OF_SERVICE, now_ms=T0)
+        registry.evict_expired(now_ms=T0 + 200_000)
+        registry.register(make(dirty=T0 + 200_000), now_ms=T0 + 200_001)
+        assert (
+            S.OUT_OF_SERVICE == registry.get("ORDERS", "i-1", now_ms=T0 + 200_001).instance.status
+        )
+
+
+class TestCancel:
+    def test_cancel_removes_lease_and_override(self, registry, events):
+        """Cancel deletes the lease, drops the override and emits DELETED."""
+        registry.register(make(), now_ms=T0)
+        registry.set_status_override("ORDERS", "i-1", S.DOWN, now_ms=T0)
+        registry.cancel("ORDERS", "i-1", now_ms=T0 + 3)
+        assert 0 == len(registry)
+        assert {} == dict(registry.overrides())
+        assert ActionType.DELETED == events[-1].action
+        assert T0 + 3 == events[-1].lease.instance.last_updated_ms
+
+    def test_cancel_of_unknown_instance_is_404_but_drops_its_override(self, registry):
+        """The override map entry goes even when there is no lease."""
+        registry.register(make(overridden_status=S.DOWN), now_ms=T0, is_replication=True)
+        registry.evict_expired(now_ms=T0 + 200_000)
+        with pytest.raises(UnknownInstance):
+            registry.cancel("ORDERS", "i-1", now_ms=T0 + 200_001)
+        assert {} == dict(registry.overrides())
+
+
+class TestOverrides:
+    def test_set_changes_status_renews_and_emits_modified(self, registry, events):
+        """PUT status stores the override, sets both status fields and renews the lease."""
+        registry.register(make(), now_ms=T0)
+        registry.set_status_override("ORDERS", "i-1", S.OUT_OF_SERVICE, now_ms=T0 + 9)
+        lease = registry.get("ORDERS", "i-1", now_ms=T0 + 9)
+        assert (S.OUT_OF_SERVICE, S.OUT_OF_SERVICE, T0 + 9) == (
+            lease.instance.status,
+            lease.instance.overridden_status,
+            lease.last_renewal_ms,
+        )
+        assert (ActionType.MODIFIED, 2) == (events[-1].action, events[-1].index)
+
+    def test_set_to_the_current_status_still_records_the_decision(self, registry):
+        """Unlike Eureka, an override equal to the current status is stored."""
+        registry.register(make(), now_ms=T0)
+        registry.set_status_override("ORDERS", "i-1", S.UP, now_ms=T0)
+        assert {"i-1": S.UP} == dict(registry.overrides())
+
+    def test_setting_the_same_override_twice_emits_once(self, registry, events):
+        """Repeating an override in force changes nothing."""
+        registry.register(make(), now_ms=T0)
+        registry.set_status_override("ORDERS", "i-1", S.DOWN, now_ms=T0)
+        registry.set_status_override("ORDERS", "i-1", S.DOWN, now_ms=T0 + 1)
+        assert 2 == len(events)
+
+    def test_set_adopts_a_newer_dirty_timestamp_only(self, registry):
+        """lastDirtyTimestamp moves forward, never back."""
+        registry.register(make(dirty=T0 + 10), now_ms=T0)
+        registry.set_status_override("ORDERS", "i-1", S.DOWN, now_ms=T0, last_dirty_ms=T0)
+        assert T0 + 10 == registry.get("ORDERS", "i-1", now_ms=T0).instance.last_dirty_ms
+        registry.set_status_override("ORDERS", "i-1", S.UP, now_ms=T0, last_dirty_ms=T0 + 20)
+        assert T0 + 20 == registry.get("ORDERS", "i-1", now_ms=T0).instance.last_dirty_ms
+
+    def test_set_on_an_expired_lease_is_404(self, registry):
+        """An expired lease counts as gone for admin calls."""
+        registry.register(make(), now_ms=T0)
+        with pytest.raises(UnknownInstance):
+            registry.set_status_override("ORDERS", "i-1", S.DOWN, now_ms=T0 + 90_001)
+
+    def test_delete_with_value_leaves_that_status(self, registry):
+        """DELETE ?value=UP removes the override and sets UP with nothing behind it."""
+        registry.register(make(), now_ms=T0)
+        registry.set_status_override("ORDERS", "i-1", S.OUT_OF_SERVICE, now_ms=T0)
+        registry.delete_status_override("ORDERS", "i-1", now_ms=T0 + 1, status=S.UP)
+        instance = registry.get("ORDERS", "i-1", now_ms=T0 + 1).instance
+        assert (S.UP, S.UNKNOWN, {}) == (
+            instance.status,
+            instance.overridden_status,
+            dict(registry.overrides()),
+        )
+
+    def test_delete_without_override_only_renews(self, registry, events):
+        """With no override in force, DELETE renews the lease and changes nothing."""
+        registry.register(make(), now_ms=T0)
+        registry.delete_status_override("ORDERS", "i-1", now_ms=T0 + 4)
+        assert S.UP == status_of(registry)
+        assert T0 + 4 == registry.get("ORDERS", "i-1", now_ms=T0 + 4).last_renewal_ms
+        assert 1 == len(events)
+
+
+class TestMetadata:
+    def test_metadata_merges_and_re_registers(self, registry, events):
+        """PUT metadata merges keys and re-registers: new lease, ADDED again."""
+        registry.register(make(metadata={"a": "1", "b": "2"}), now_ms=T0)
+        registry.update_metadata("ORDERS", "i-1", {"b": "3", "c": "4"}, now_ms=T0 + 8)
+        lease = registry.get("ORDERS", "i-1", now_ms=T0 + 8)
+        assert {"a": "1", "b": "3", "c": "4"} == lease.instance.metadata
+        assert (T0 + 8, ActionType.ADDED) == (lease.registration_ms, events[-1].action)
+
+
+class TestReads:
+    def test_find_searches_every_application(self, registry):
+        """instances/{id} finds the instance in whichever app holds it."""
+        registry.register(make("x", app="PAYMENTS"), now_ms=T0)
+        assert "PAYMENTS" == registry.find("x", now_ms=T0).instance.app
+
+    def test_reconcile_hash_counts_statuses_alphabetically(self, registry):
+        """The hash lists each status present with its count, in alphabetical order."""
+        registry.register(make("a"), now_ms=T0)
+        registry.register(make("b", status=S.DOWN), now_ms=T0)
+        registry.register(make("c"), now_ms=T0)
+        assert "DOWN_1_UP_2_" == registry.reconcile_hash()
+
+    def test_emptied_application_disappears(self, registry):
+        """An application whose last instance left is not listed."""
+        registry.register(make(), now_ms=T0)
+        registry.cancel("ORDERS", "i-1", now_ms=T0)
+        assert [] == list(registry.applications())
+
+    def test_snapshots_do_not_change_with_the_registry(self, registry, events):
+        """An event's snapshot keeps the state of its moment."""
+        registry.register(make(), now_ms=T0)
+        registry.set_status_override("ORDERS", "i-1", S.DOWN, now_ms=T0 + 1)
+        registry.renew("ORDERS", "i-1", now_ms=T0 + 2)
+        assert S.UP == events[0].lease.instance.status
+        assert T0 == events[0].lease.last_renewal_ms
+        assert dataclasses.is_dataclass(events[0].lease)

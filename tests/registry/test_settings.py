@@ -1,0 +1,67 @@
+"""Settings: layers, types, and refusals that name their key."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from registry.__main__ import DEFAULT_CONFIG
+from registry.settings import Settings, SettingsError
+
+
+def test_default_toml_is_the_built_in_default():
+    """config/default.toml states exactly the built-in values, key for key."""
+    assert Settings() == Settings.load(DEFAULT_CONFIG)
+
+
+def test_layers_win_in_order(tmp_path: Path):
+    """TOML beats defaults, the environment beats TOML, flags beat everything."""
+    config = tmp_path / "r.toml"
+    config.write_text('port = 9000\neviction_interval = 2\nlog_format = "json"\n')
+    settings = Settings.load(
+        config,
+        {"REGISTRY_PORT": "9100", "REGISTRY_DISABLE_DELTA": "true", "HOME": "/root"},
+        port=9200,
+        host=None,
+    )
+    assert (9200, 2.0, "json", True, "127.0.0.1") == (
+        settings.port,
+        settings.eviction_interval,
+        settings.log_format,
+        settings.disable_delta,
+        settings.host,
+    )
+
+
+@pytest.mark.parametrize(
+    ("environ", "message"),
+    [
+        ({"REGISTRY_PORT": "eighty"}, "port: 'eighty' is not a valid int"),
+        ({"REGISTRY_PORT": "0"}, "port: 0 is not a TCP port"),
+        ({"REGISTRY_EVICTION_INTERVAL": "-1"}, "eviction_interval: must be positive"),
+        ({"REGISTRY_LEGACY_LEASE_EXPIRY": "sometimes"}, "legacy_lease_expiry: 'sometimes'"),
+        ({"REGISTRY_NO_SUCH_THING": "1"}, "no_such_thing: unknown setting"),
+        ({"REGISTRY_LOG_FORMAT": "xml"}, "log_format: 'xml' is not one of"),
+    ],
+)
+def test_bad_values_fail_naming_their_key(environ: dict[str, str], message: str):
+    """A bad value stops start-up with its key in the message."""
+    with pytest.raises(SettingsError, match=message):
+        Settings.load(None, environ)
+
+
+def test_unknown_toml_key_is_refused(tmp_path: Path):
+    """A typo in the settings file is an error, not silently ignored."""
+    config = tmp_path / "r.toml"
+    config.write_text("evction_interval = 5\n")
+    with pytest.raises(SettingsError, match="evction_interval: unknown setting"):
+        Settings.load(config)
+
+
+def test_unreadable_toml_names_the_file(tmp_path: Path):
+    """A file that is not TOML is reported with its path."""
+    config = tmp_path / "r.toml"
+    config.write_text("port = \n")
+    with pytest.raises(SettingsError, match=str(config)):
+        Settings.load(config)

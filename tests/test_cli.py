@@ -1,0 +1,88 @@
+"""`python -m registry serve` as a real process: it serves, and stops cleanly on a signal."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import socket
+import sys
+
+import aiohttp
+import pytest
+
+POLL = 0.05
+TIMEOUT = 20.0
+
+pytestmark = pytest.mark.slow
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def start(*args: str, env: dict[str, str] | None = None) -> asyncio.subprocess.Process:
+    return await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "registry",
+        *args,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env=env,
+    )
+
+
+async def wait_serving(session: aiohttp.ClientSession, url: str) -> None:
+    deadline = asyncio.get_running_loop().time() + TIMEOUT
+    while True:
+        try:
+            async with session.get(url) as response:
+                if response.status == 200:
+                    return
+        except aiohttp.ClientConnectionError:
+            pass
+        assert asyncio.get_running_loop().time() < deadline, "the server never started"
+        await asyncio.sleep(POLL)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+async def test_serves_then_stops_on_a_signal(sig):
+    """The CLI serves the API on the given port and exits 0 after a signal, logging JSON."""
+    port = free_port()
+    process = await start("serve", "--port", str(port))
+    base = f"http://127.0.0.1:{port}/eureka"
+    try:
+        async with aiohttp.ClientSession() as session:
+            await wait_serving(session, f"{base}/apps")
+            async with session.post(
+                f"{base}/apps/CLI",
+                json={
+                    "instance": {
+                        "hostName": "h",
+                        "app": "CLI",
+                        "ipAddr": "1.2.3.4",
+                        "dataCenterInfo": {"name": "MyOwn"},
+                    }
+                },
+            ) as response:
+                assert 204 == response.status
+        process.send_signal(sig)
+        _, stderr = await asyncio.wait_for(process.communicate(), TIMEOUT)
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+    assert 0 == process.returncode
+    events = [json.loads(line)["event"] for line in stderr.decode().splitlines()]
+    assert ["server_starting", "instance_registered", "server_stopped"] == events
+
+
+async def test_bad_settings_stop_start_up_naming_the_key():
+    """A bad environment value exits 2 with the key in the message."""
+    process = await start("serve", env={"REGISTRY_PORT": "eighty", "PATH": ""})
+    _, stderr = await asyncio.wait_for(process.communicate(), TIMEOUT)
+    assert 2 == process.returncode
+    assert "port: 'eighty' is not a valid int" in stderr.decode()
