@@ -10,6 +10,7 @@ statuses, strings that could not be written back as XML, ids that cannot appear 
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -31,6 +32,8 @@ DEFAULT_DURATION_SECS = 90
 # Characters XML 1.0 cannot carry at all; accepting them would make our XML output invalid.
 _NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
 _MAX_TEXT = 4096
+JAVA_INT_MAX = 2**31 - 1
+JAVA_LONG_MAX = 2**63 - 1
 
 
 def instance_from_wire(
@@ -68,8 +71,11 @@ def instance_from_wire(
             class_name=data_center.class_name,
             metadata={**data_center.metadata, "instance-id": instance_id},
         )
-    lease_info = _object(d.get("leaseInfo") or {}, "leaseInfo")
-    overridden = d.get("overriddenStatus", d.get("overriddenstatus"))
+    raw_lease_info = d.get("leaseInfo")
+    lease_info = {} if raw_lease_info is None else _object(raw_lease_info, "leaseInfo")
+    overridden_key = (
+        "overriddenStatus" if d.get("overriddenStatus") is not None else "overriddenstatus"
+    )
     app_group = text(d, "appGroupName")
     return InstanceInfo(
         instance_id=instance_id,
@@ -78,7 +84,9 @@ def instance_from_wire(
         ip_addr=ip_addr,
         data_center_info=data_center,
         status=status(d.get("status"), "status", default=InstanceStatus.UP),
-        overridden_status=status(overridden, "overriddenStatus", default=InstanceStatus.UNKNOWN),
+        overridden_status=status(
+            d.get(overridden_key), overridden_key, default=InstanceStatus.UNKNOWN
+        ),
         port=_port(d.get("port"), "port", default=PortInfo(7001, True)),
         secure_port=_port(d.get("securePort"), "securePort", default=PortInfo(7002, False)),
         renewal_interval_secs=_positive_or(
@@ -135,26 +143,33 @@ def check_path_segment(value: str, field: str) -> None:
         raise BadInput(field, f"{value!r} cannot be used in a URL path")
 
 
-def integer(value: object, field: str) -> int | None:
-    """A whole number, given as a JSON number or as decimal text; null as absent."""
+def integer(value: object, field: str, *, maximum: int = JAVA_INT_MAX) -> int | None:
+    """A whole number up to `maximum`, as a JSON number or decimal text; null as absent.
+
+    The bounds are Java's: a number a Java client cannot hold would break its every fetch.
+    """
     if value is None:
         return None
+    number: int | None = None
     if isinstance(value, bool):
         raise BadInput(field, "must be a number, not a boolean")
     if isinstance(value, int):
-        return value
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, str):
-        try:
-            return int(value.strip())
-        except ValueError:
-            pass
-    raise BadInput(field, f"must be a whole number, not {value!r}")
+        number = value
+    elif isinstance(value, float) and value.is_integer():
+        number = int(value)
+    elif isinstance(value, str) and len(value) < 40:
+        with contextlib.suppress(ValueError):
+            number = int(value.strip())
+    if number is None:
+        raise BadInput(field, f"must be a whole number, not {_short(value)}")
+    if not -maximum - 1 <= number <= maximum:
+        raise BadInput(field, f"{number} is out of range (at most {maximum})")
+    return number
 
 
 def timestamp(value: object, field: str) -> int | None:
-    ms = integer(value, field)
+    """Epoch milliseconds: a non-negative Java long."""
+    ms = integer(value, field, maximum=JAVA_LONG_MAX)
     if ms is not None and ms < 0:
         raise BadInput(field, "must not be negative")
     return ms
@@ -184,15 +199,17 @@ def _port(value: object, field: str, *, default: PortInfo) -> PortInfo:
         return default
     enabled = default.enabled
     if isinstance(value, Mapping):
-        number = integer(value.get("$"), f"{field}.$")
+        number_field = f"{field}.$"
+        number = integer(value.get("$"), number_field)
         if value.get("@enabled") is not None:
             enabled = boolean(value["@enabled"], f"{field}.@enabled")
     else:
+        number_field = field
         number = integer(value, field)
     if number is None:
         return PortInfo(default.number, enabled)
     if not 0 <= number <= 65535:
-        raise BadInput(field, f"{number} is not a port number")
+        raise BadInput(number_field, f"{number} is not a port number")
     return PortInfo(number, enabled)
 
 
@@ -256,6 +273,11 @@ def _object(value: object, field: str) -> Mapping[str, Any]:
     if not isinstance(value, Mapping):
         raise BadInput(field, f"must be an object, not {_kind(value)}")
     return value
+
+
+def _short(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _kind(value: object) -> str:

@@ -61,12 +61,12 @@ def unescape_name(tag: str) -> str:
 def decode(body: bytes, *, root: str) -> Any:
     """Parse an XML body into the same dict shape as its JSON twin; BadInput when it is not XML."""
     try:
-        element = fromstring(body)
+        element = fromstring(body, forbid_dtd=True)
     except DefusedXmlException as exc:
         raise BadInput(
             "body", f"XML with DTDs or entities is refused ({type(exc).__name__})"
         ) from None
-    except (ParseError, ValueError) as exc:
+    except (ParseError, ValueError, LookupError) as exc:  # LookupError: unknown encoding
         raise BadInput("body", f"cannot parse request body as XML: {exc}") from None
     if element.tag != root:
         raise BadInput("body", f"the root element must be <{root}>, not <{element.tag}>")

@@ -58,7 +58,7 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         if exc.status < 400:
             raise
         response = error_response(
-            exc.status, _HTTP_CODES.get(exc.status, f"http_{exc.status}"), exc.reason
+            exc.status, _HTTP_CODES.get(exc.status, f"http_{exc.status}"), _detail(request, exc)
         )
         if "Allow" in exc.headers:
             response.headers["Allow"] = exc.headers["Allow"]
@@ -66,3 +66,13 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
     except Exception:
         log.exception("request_failed", method=request.method, path=request.path)
         return error_response(500, "internal_error", "unexpected error; see the server log")
+
+
+def _detail(request: web.Request, exc: web.HTTPException) -> str:
+    if exc.status == 404:
+        return f"no endpoint at {request.method} {request.path}"
+    if exc.status == 405:
+        return f"{request.method} is not allowed here; allowed: {exc.headers.get('Allow', '')}"
+    if exc.status == 413:
+        return f"the request body is larger than {request.client_max_size} bytes"
+    return exc.reason

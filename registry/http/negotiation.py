@@ -33,7 +33,12 @@ async def read_document(request: web.Request, *, root: str) -> Any:
     Without a telling Content-Type the body's first character decides. Gzip request bodies are
     inflated by aiohttp; one larger than the configured limit is a 413 from aiohttp.
     """
-    body = await request.read()
+    try:
+        body = await request.read()
+    except (
+        web.RequestPayloadError
+    ) as exc:  # a body that does not inflate as its Content-Encoding says
+        raise BadInput("body", f"cannot read the request body: {exc}") from None
     if not body.strip():
         raise BadInput("body", "the request body is empty")
     fmt = _body_format(request, body)
