@@ -7,6 +7,7 @@ from typing import Any
 
 import orjson
 
+from registry.codec.wire import optional_texts
 from registry.errors import BadInput
 from registry.model import LeaseRecord
 
@@ -79,15 +80,7 @@ def instance_dict(lease: LeaseRecord) -> dict[str, Any]:
         "serviceUpTimestamp": lease.service_up_ms,
     }
     d["metadata"] = dict(i.metadata) if i.metadata else EMPTY_MAP
-    for key, value in (
-        ("appGroupName", i.app_group_name),
-        ("homePageUrl", i.home_page_url),
-        ("statusPageUrl", i.status_page_url),
-        ("healthCheckUrl", i.health_check_url),
-        ("secureHealthCheckUrl", i.secure_health_check_url),
-        ("vipAddress", i.vip_address),
-        ("secureVipAddress", i.secure_vip_address),
-    ):
+    for key, value in optional_texts(i):
         if value is not None:
             d[key] = value
     # This server never registers itself, so no record is the coordinating server's own.

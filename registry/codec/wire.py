@@ -115,6 +115,19 @@ def instance_from_wire(
     )
 
 
+def optional_texts(i: InstanceInfo) -> tuple[tuple[str, str | None], ...]:
+    """The optional string fields in the order both encoders write them (contract 4.2)."""
+    return (
+        ("appGroupName", i.app_group_name),
+        ("homePageUrl", i.home_page_url),
+        ("statusPageUrl", i.status_page_url),
+        ("healthCheckUrl", i.health_check_url),
+        ("secureHealthCheckUrl", i.secure_health_check_url),
+        ("vipAddress", i.vip_address),
+        ("secureVipAddress", i.secure_vip_address),
+    )
+
+
 def text(d: Mapping[str, Any], key: str, field: str | None = None) -> str | None:
     """A string field; numbers and booleans are taken as their text, null as absent."""
     value = d.get(key)

@@ -17,6 +17,7 @@ from xml.sax.saxutils import escape, quoteattr
 from defusedxml import DefusedXmlException
 from defusedxml.ElementTree import fromstring
 
+from registry.codec.wire import optional_texts
 from registry.errors import BadInput
 from registry.model import LeaseRecord
 
@@ -155,15 +156,7 @@ def _instance(out: list[str], lease: LeaseRecord) -> None:
         _map(out, i.metadata)
     else:
         out.append('<metadata class="java.util.Collections$EmptyMap"/>')
-    for tag, value in (
-        ("appGroupName", i.app_group_name),
-        ("homePageUrl", i.home_page_url),
-        ("statusPageUrl", i.status_page_url),
-        ("healthCheckUrl", i.health_check_url),
-        ("secureHealthCheckUrl", i.secure_health_check_url),
-        ("vipAddress", i.vip_address),
-        ("secureVipAddress", i.secure_vip_address),
-    ):
+    for tag, value in optional_texts(i):
         if value is not None:
             _leaf(out, tag, value)
     out.append("<isCoordinatingDiscoveryServer>false</isCoordinatingDiscoveryServer>")
