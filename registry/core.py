@@ -82,7 +82,7 @@ class Registry:
                 action_type=ActionType.ADDED,
                 last_updated_ms=now_ms,
             ),
-            duration_ms=registrant.duration_secs * 1000,
+            duration_ms=instance.duration_secs * 1000,  # asked for by this call, as in Eureka
             registration_ms=now_ms,
             last_renewal_ms=now_ms,
             service_up_ms=existing.service_up_ms if existing is not None else 0,

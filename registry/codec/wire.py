@@ -26,6 +26,11 @@ from registry.model import (
 )
 
 DATA_CENTER_NAMES = ("Netflix", "Amazon", "MyOwn")
+DATA_CENTER_CLASSES = (
+    DEFAULT_DATA_CENTER_CLASS,
+    AMAZON_CLASS,
+    "com.netflix.appinfo.MyDataCenterInfo",
+)
 DEFAULT_RENEWAL_INTERVAL_SECS = 30
 DEFAULT_DURATION_SECS = 90
 
@@ -240,6 +245,12 @@ def _data_center(value: object) -> DataCenterInfo | None:
     class_name = text(d, "@class", "dataCenterInfo.@class") or (
         AMAZON_CLASS if name == "Amazon" else DEFAULT_DATA_CENTER_CLASS
     )
+    if class_name not in DATA_CENTER_CLASSES:
+        # Java clients resolve this class by name: an unknown one would fail their every fetch.
+        raise BadInput(
+            "dataCenterInfo.@class",
+            f"{class_name!r} is not one of {', '.join(DATA_CENTER_CLASSES)}",
+        )
     metadata = _metadata(d.get("metadata"), "dataCenterInfo.metadata") if name == "Amazon" else {}
     return DataCenterInfo(name=name, class_name=class_name, metadata=metadata)
 

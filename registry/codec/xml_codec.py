@@ -51,7 +51,10 @@ def unescape_name(tag: str) -> str:
             return "_"
         if token == "_-":
             return "$"
-        return chr(int(match.group(1), 16))
+        try:
+            return chr(int(match.group(1), 16))
+        except (ValueError, OverflowError):
+            raise BadInput("body", f"<{tag}> escapes a character that does not exist") from None
 
     return _ESCAPED.sub(replace, tag)
 
@@ -59,8 +62,17 @@ def unescape_name(tag: str) -> str:
 # Decoding ------------------------------------------------------------------------------------
 
 
-def decode(body: bytes, *, root: str) -> Any:
-    """Parse an XML body into the same dict shape as its JSON twin; BadInput when it is not XML."""
+# Elements that hold a map even when empty or pretty-printed with only whitespace inside.
+_MAPS = frozenset({"metadata", "leaseInfo", "dataCenterInfo"})
+# An instance is four levels deep at most (instance > dataCenterInfo > metadata > key).
+_MAX_DEPTH = 8
+
+
+def decode(body: bytes | str, *, root: str) -> Any:
+    """Parse an XML body into the same dict shape as its JSON twin; BadInput when it is not XML.
+
+    Bytes are decoded as the XML declaration says (UTF-8 without one); text is taken as is.
+    """
     try:
         element = fromstring(body, forbid_dtd=True)
     except DefusedXmlException as exc:
@@ -71,19 +83,22 @@ def decode(body: bytes, *, root: str) -> Any:
         raise BadInput("body", f"cannot parse request body as XML: {exc}") from None
     if element.tag != root:
         raise BadInput("body", f"the root element must be <{root}>, not <{element.tag}>")
-    return _to_wire(element)
+    return _to_wire(element, depth=1)
 
 
-def _to_wire(element: Element) -> Any:
+def _to_wire(element: Element, *, depth: int) -> Any:
+    if depth > _MAX_DEPTH:
+        raise BadInput("body", f"elements nested deeper than {_MAX_DEPTH} levels")
     attributes = {f"@{name}": value for name, value in element.attrib.items()}
-    if len(element):
-        d: dict[str, Any] = {unescape_name(child.tag): _to_wire(child) for child in element}
+    if len(element) or element.tag in _MAPS:
+        d: dict[str, Any] = {
+            unescape_name(child.tag): _to_wire(child, depth=depth + 1) for child in element
+        }
         d.update(attributes)
         return d
     text = element.text or ""
-    if attributes:
-        # <port enabled="true">8080</port>; <metadata class="...EmptyMap"/>
-        return {"$": text, **attributes} if text else attributes
+    if attributes:  # <port enabled="true">8080</port>
+        return {"$": text, **attributes}
     return text
 
 

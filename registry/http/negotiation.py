@@ -42,11 +42,10 @@ async def read_document(request: web.Request, *, root: str) -> Any:
     if not body.strip():
         raise BadInput("body", "the request body is empty")
     fmt = _body_format(request, body)
+    latin1 = request.charset is not None and request.charset.lower() == "iso-8859-1"
     if fmt is Format.XML:
-        return xml_codec.decode(body, root=root)
-    if request.charset is not None and request.charset.lower() == "iso-8859-1":
-        body = body.decode("iso-8859-1").encode()
-    document = json_codec.decode(body)
+        return xml_codec.decode(body.decode("iso-8859-1") if latin1 else body, root=root)
+    document = json_codec.decode(body.decode("iso-8859-1").encode() if latin1 else body)
     if isinstance(document, dict) and root in document:
         return document[root]
     return document  # lenient: an unwrapped instance is read as if wrapped

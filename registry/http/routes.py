@@ -3,6 +3,8 @@ each path with and without a trailing slash, as JAX-RS clients expect (contract 
 
 from __future__ import annotations
 
+import re
+
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
@@ -33,7 +35,9 @@ ROUTES: tuple[tuple[str, str, Handler], ...] = (
 def add_routes(app: web.Application) -> None:
     for prefix in PREFIXES:
         for method, path, handler in ROUTES:
-            for variant in (path, path + "/"):
+            # aiohttp's default segment pattern refuses braces; ids may contain them.
+            pattern = re.sub(r"\{(\w+)\}", r"{\1:[^/]+}", path)
+            for variant in (pattern, pattern + "/"):
                 app.router.add_route(method, prefix + variant, handler)
     # Netflix serves the override dump outside the versioned API.
     for path in ("/eureka/serverinfo/statusoverrides", "/eureka/serverinfo/statusoverrides/"):

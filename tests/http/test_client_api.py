@@ -33,6 +33,13 @@ class TestPaths:
         assert 404 == (await client.put("/eureka/apps/ORDERS/I-1")).status
         assert ["ORDERS"] == [name for name, _ in registry_of(client).applications()]
 
+    async def test_ids_with_braces_are_reachable(self, client):
+        """Any id a client registers can be renewed, read and cancelled through its path."""
+        await register(client, iid="a{b}")
+        assert 200 == (await client.put("/eureka/apps/ORDERS/a%7Bb%7D")).status
+        assert 200 == (await client.get("/eureka/apps/ORDERS/a%7Bb%7D")).status
+        assert 200 == (await client.delete("/eureka/apps/ORDERS/a%7Bb%7D")).status
+
 
 class TestRegister:
     async def test_register_answers_204_with_no_body(self, client):
@@ -53,6 +60,23 @@ class TestRegister:
         )
         assert 204 == response.status
         assert 1 == len(registry_of(client))
+
+    async def test_latin1_xml_without_declaration(self, client):
+        """An XML body declared ISO-8859-1 by its Content-Type is decoded as such."""
+        body = (
+            "<instance><hostName>h\u00e9</hostName><app>LATIN</app><ipAddr>1.1.1.1</ipAddr>"
+            "<dataCenterInfo><name>MyOwn</name></dataCenterInfo></instance>"
+        ).encode("iso-8859-1")
+        response = await client.post(
+            "/eureka/apps/LATIN",
+            data=body,
+            headers={"Content-Type": "application/xml; charset=ISO-8859-1"},
+        )
+        assert 204 == response.status
+        assert (
+            "h\u00e9"
+            == (await fetch_json(client, "/eureka/instances/h%C3%A9"))["instance"]["hostName"]
+        )
 
     async def test_minimal_body_is_enough(self, client):
         """hostName, app, ipAddr and dataCenterInfo are all a registration needs."""

@@ -185,6 +185,10 @@ class TestLenientInput:
             ({"metadata": {"k": {"v": 1}}}, "metadata.k"),
             ({"countryId": True}, "countryId"),
             ({"instanceId": "a/b"}, "instanceId"),
+            (
+                {"dataCenterInfo": {"@class": "com.example.Nope", "name": "MyOwn"}},
+                "dataCenterInfo.@class",
+            ),
             ({"instanceId": ".."}, "instanceId"),
             ({"hostName": "h\x00"}, "hostName"),
         ],
@@ -223,10 +227,47 @@ class TestXmlInput:
         body = (
             b"<instance><hostName>h</hostName><app>A</app><ipAddr>1.1.1.1</ipAddr>"
             b'<metadata class="java.util.Collections$EmptyMap"/>'
-            b'<dataCenterInfo class="x"><name>MyOwn</name></dataCenterInfo></instance>'
+            b'<dataCenterInfo class="com.netflix.appinfo.MyDataCenterInfo">'
+            b"<name>MyOwn</name></dataCenterInfo></instance>"
         )
         i = instance_from_wire(xml_codec.decode(body, root="instance"), now_ms=NOW)
-        assert ({}, "x") == (i.metadata, i.data_center_info.class_name)
+        assert ({}, "com.netflix.appinfo.MyDataCenterInfo") == (
+            i.metadata,
+            i.data_center_info.class_name,
+        )
+
+
+XML_HEAD = b"<instance><hostName>h</hostName><app>A</app><ipAddr>1.1.1.1</ipAddr>"
+XML_DC = b"<dataCenterInfo><name>MyOwn</name></dataCenterInfo>"
+
+
+class TestXmlShapes:
+    @pytest.mark.parametrize(
+        "inner",
+        [
+            b"<metadata/><leaseInfo/>",
+            b"<metadata>\n  </metadata><leaseInfo>\n</leaseInfo>",
+            b'<metadata class="java.util.Collections$EmptyMap">\n  </metadata>',
+        ],
+    )
+    def test_empty_maps_however_written(self, inner: bytes) -> None:
+        """Empty or whitespace-only map elements read as empty maps and default leases."""
+        body = XML_HEAD + inner + XML_DC + b"</instance>"
+        i = instance_from_wire(xml_codec.decode(body, root="instance"), now_ms=NOW)
+        assert ({}, 90) == (i.metadata, i.duration_secs)
+
+    @pytest.mark.parametrize(
+        "inner",
+        [
+            b"<metadata><a_x110000_>v</a_x110000_></metadata>",
+            b"<metadata><a_xffffffffffffffffffffff_>v</a_xffffffffffffffffffffff_></metadata>",
+            b"<metadata>" + b"<a>" * 50 + b"</a>" * 50 + b"</metadata>",
+        ],
+    )
+    def test_impossible_names_and_deep_nesting_are_bad_input(self, inner: bytes) -> None:
+        """Escapes of characters that do not exist, and absurd nesting, are a 400."""
+        with pytest.raises(BadInput):
+            xml_codec.decode(XML_HEAD + inner + XML_DC + b"</instance>", root="instance")
 
 
 def test_empty_metadata_is_emitted_as_java_empty_map() -> None:

@@ -79,6 +79,12 @@ class TestRegister:
         registry.register(make(dirty=T0, metadata={"v": "old"}), now_ms=T0 + 1)
         assert {"v": "new"} == registry.get("ORDERS", "i-1", now_ms=T0).instance.metadata
 
+    def test_lease_duration_is_the_one_asked_for_by_the_call(self, registry):
+        """Even when older data is dropped, the new lease lasts what this call asked for."""
+        registry.register(make(dirty=T0 + 100), now_ms=T0)
+        registry.register(make(dirty=T0, duration_secs=10), now_ms=T0)
+        assert 10_000 == registry.get("ORDERS", "i-1", now_ms=T0).duration_ms
+
     def test_equal_dirty_timestamps_take_the_incoming_data(self, registry):
         """On a tie the registration that arrives wins."""
         registry.register(make(metadata={"v": "first"}), now_ms=T0)
