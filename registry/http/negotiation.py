@@ -35,9 +35,7 @@ async def read_document(request: web.Request, *, root: str) -> Any:
     """
     try:
         body = await request.read()
-    except (
-        web.RequestPayloadError
-    ) as exc:  # a body that does not inflate as its Content-Encoding says
+    except web.RequestPayloadError as exc:  # it does not inflate as its Content-Encoding says
         raise BadInput("body", f"cannot read the request body: {exc}") from None
     if not body.strip():
         raise BadInput("body", "the request body is empty")
