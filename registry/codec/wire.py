@@ -11,7 +11,9 @@ statuses, strings that could not be written back as XML, ids that cannot appear 
 from __future__ import annotations
 
 import contextlib
+import functools
 import re
+import sys
 from collections.abc import Mapping
 from typing import Any
 
@@ -37,6 +39,7 @@ DEFAULT_DURATION_SECS = 90
 # Characters XML 1.0 cannot carry at all; accepting them would make our XML output invalid.
 _NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
 _MAX_TEXT = 4096
+_SHARED_MAX = 64
 JAVA_INT_MAX = 2**31 - 1
 JAVA_LONG_MAX = 2**63 - 1
 
@@ -63,7 +66,7 @@ def instance_from_wire(
         raise BadInput("ipAddr", "Missing ip address")
     if not app:
         raise BadInput("app", "Missing appName")
-    app = app.upper()
+    app = sys.intern(app.upper())
     if expected_app is not None and app != expected_app:
         raise BadInput("app", f"Mismatched appName, expecting {expected_app} but was {app}")
     if data_center is None:
@@ -92,8 +95,8 @@ def instance_from_wire(
         overridden_status=status(
             d.get(overridden_key), overridden_key, default=InstanceStatus.UNKNOWN
         ),
-        port=_port(d.get("port"), "port", default=PortInfo(7001, True)),
-        secure_port=_port(d.get("securePort"), "securePort", default=PortInfo(7002, False)),
+        port=_port(d.get("port"), "port", default=_port_info(7001, True)),
+        secure_port=_port(d.get("securePort"), "securePort", default=_port_info(7002, False)),
         renewal_interval_secs=_positive_or(
             integer(lease_info.get("renewalIntervalInSecs"), "leaseInfo.renewalIntervalInSecs"),
             DEFAULT_RENEWAL_INTERVAL_SECS,
@@ -103,15 +106,15 @@ def instance_from_wire(
             DEFAULT_DURATION_SECS,
         ),
         metadata=metadata,
-        sid=text(d, "sid") or "na",
+        sid=_shared(text(d, "sid")) or "na",
         country_id=_or(integer(d.get("countryId"), "countryId"), 1),
-        app_group_name=app_group.upper() if app_group else None,
+        app_group_name=sys.intern(app_group.upper()) if app_group else None,
         home_page_url=text(d, "homePageUrl"),
         status_page_url=text(d, "statusPageUrl"),
         health_check_url=text(d, "healthCheckUrl"),
         secure_health_check_url=text(d, "secureHealthCheckUrl"),
-        vip_address=text(d, "vipAddress"),
-        secure_vip_address=text(d, "secureVipAddress"),
+        vip_address=_shared(text(d, "vipAddress")),
+        secure_vip_address=_shared(text(d, "secureVipAddress")),
         last_updated_ms=_or(
             timestamp(d.get("lastUpdatedTimestamp"), "lastUpdatedTimestamp"), now_ms
         ),
@@ -225,10 +228,10 @@ def _port(value: object, field: str, *, default: PortInfo) -> PortInfo:
         number_field = field
         number = integer(value, field)
     if number is None:
-        return PortInfo(default.number, enabled)
+        return _port_info(default.number, enabled)
     if not 0 <= number <= 65535:
         raise BadInput(number_field, f"{number} is not a port number")
-    return PortInfo(number, enabled)
+    return _port_info(number, enabled)
 
 
 def _data_center(value: object) -> DataCenterInfo | None:
@@ -251,8 +254,10 @@ def _data_center(value: object) -> DataCenterInfo | None:
             "dataCenterInfo.@class",
             f"{class_name!r} is not one of {', '.join(DATA_CENTER_CLASSES)}",
         )
-    metadata = _metadata(d.get("metadata"), "dataCenterInfo.metadata") if name == "Amazon" else {}
-    return DataCenterInfo(name=name, class_name=class_name, metadata=metadata)
+    if name == "Amazon":
+        metadata = _metadata(d.get("metadata"), "dataCenterInfo.metadata")
+        return DataCenterInfo(name=name, class_name=class_name, metadata=metadata)
+    return _plain_data_center(name, class_name)
 
 
 def _metadata(value: object, field: str) -> dict[str, str]:
@@ -269,7 +274,7 @@ def _metadata(value: object, field: str) -> dict[str, str]:
         check_text(key, field)
         item_text = text(d, key, f"{field}.{key}")
         if item_text is not None:
-            result[key] = item_text
+            result[sys.intern(key)] = _shared(item_text)
     return result
 
 
@@ -297,6 +302,25 @@ def _object(value: object, field: str) -> Mapping[str, Any]:
     if not isinstance(value, Mapping):
         raise BadInput(field, f"must be an object, not {_kind(value)}")
     return value
+
+
+# Memory: a registry holds many instances that repeat the same few values (app, VIP, ports,
+# data center, metadata keys such as management.port = 8080). They share one object each.
+
+
+def _shared(value: str | None) -> str | None:
+    """One copy of a short, often repeated string."""
+    return sys.intern(value) if value is not None and len(value) <= _SHARED_MAX else value
+
+
+@functools.cache
+def _port_info(number: int, enabled: bool) -> PortInfo:
+    return PortInfo(number, enabled)
+
+
+@functools.cache
+def _plain_data_center(name: str, class_name: str) -> DataCenterInfo:
+    return DataCenterInfo(name=name, class_name=class_name)
 
 
 def _short(value: object) -> str:
