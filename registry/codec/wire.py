@@ -106,15 +106,15 @@ def instance_from_wire(
             DEFAULT_DURATION_SECS,
         ),
         metadata=metadata,
-        sid=_shared(text(d, "sid")) or "na",
+        sid=_shared_text(d, "sid") or "na",
         country_id=_or(integer(d.get("countryId"), "countryId"), 1),
         app_group_name=sys.intern(app_group.upper()) if app_group else None,
         home_page_url=text(d, "homePageUrl"),
         status_page_url=text(d, "statusPageUrl"),
         health_check_url=text(d, "healthCheckUrl"),
         secure_health_check_url=text(d, "secureHealthCheckUrl"),
-        vip_address=_shared(text(d, "vipAddress")),
-        secure_vip_address=_shared(text(d, "secureVipAddress")),
+        vip_address=_shared_text(d, "vipAddress"),
+        secure_vip_address=_shared_text(d, "secureVipAddress"),
         last_updated_ms=_or(
             timestamp(d.get("lastUpdatedTimestamp"), "lastUpdatedTimestamp"), now_ms
         ),
@@ -308,9 +308,14 @@ def _object(value: object, field: str) -> Mapping[str, Any]:
 # data center, metadata keys such as management.port = 8080). They share one object each.
 
 
-def _shared(value: str | None) -> str | None:
+def _shared(value: str) -> str:
     """One copy of a short, often repeated string."""
-    return sys.intern(value) if value is not None and len(value) <= _SHARED_MAX else value
+    return sys.intern(value) if len(value) <= _SHARED_MAX else value
+
+
+def _shared_text(d: Mapping[str, Any], key: str) -> str | None:
+    value = text(d, key)
+    return None if value is None else _shared(value)
 
 
 @functools.cache
