@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
+from registry.cache import ResponseCache
 from registry.clock import Clock
 from registry.core import Registry
 from registry.journal import DeltaJournal
@@ -11,6 +12,7 @@ from registry.settings import Settings
 
 REGISTRY = web.AppKey("registry", Registry)
 JOURNAL = web.AppKey("journal", DeltaJournal)
+CACHE = web.AppKey("cache", ResponseCache)
 CLOCK = web.AppKey("clock", Clock)
 SETTINGS = web.AppKey("settings", Settings)
 STARTED_AT = web.AppKey("started_at", float)  # monotonic seconds, for uptime

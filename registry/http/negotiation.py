@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from aiohttp import hdrs, web
 
+from registry.appkeys import CACHE
+from registry.cache import Key
 from registry.codec import Format, json_codec, xml_codec
 from registry.errors import BadInput, UnsupportedMediaType
 
+_GZIP = {hdrs.CONTENT_ENCODING: "gzip"}
 _READABLE_CHARSETS = (None, "utf-8", "utf8", "iso-8859-1")
 # Types that say nothing about the body (HTTP libraries' and curl's defaults): look at it instead.
 _UNSPECIFIED = ("application/octet-stream", "application/x-www-form-urlencoded")
@@ -17,6 +21,18 @@ _UNSPECIFIED = ("application/octet-stream", "application/x-www-form-urlencoded")
 def response_format(request: web.Request) -> Format:
     """JSON when Accept mentions json anywhere, otherwise XML (no Accept header means XML)."""
     return Format.JSON if "json" in request.headers.get(hdrs.ACCEPT, "") else Format.XML
+
+
+async def cached_payload(
+    request: web.Request, key: Key, fmt: Format, build: Callable[[], bytes]
+) -> web.Response:
+    """A cached document (built by `build` on a miss), with its cached gzip form when asked."""
+    cache = request.app[CACHE]
+    body = cache.get((*key, fmt), build)
+    if "gzip" in request.headers.get(hdrs.ACCEPT_ENCODING, ""):
+        compressed = await cache.gzipped((*key, fmt), body)
+        return web.Response(body=compressed, content_type=fmt.content_type, headers=_GZIP)
+    return web.Response(body=body, content_type=fmt.content_type)
 
 
 def payload(request: web.Request, fmt: Format, body: bytes, *, status: int = 200) -> web.Response:

@@ -1,0 +1,79 @@
+"""Encoded fetch payloads, kept until a change touches what they hold.
+
+Keys name what a payload depends on: the whole registry (`apps`), the delta, one application,
+or a VIP. A change drops the whole-registry and delta payloads, its own application's, and
+every VIP payload (a re-registration may move an instance between VIPs). Heartbeats change
+nothing here, so a cached payload's `lastRenewalTimestamp` values are as of the last change;
+every status, registration and cancel is visible on the next read.
+
+Payloads are built synchronously from the registry on a miss, so a build cannot interleave
+with a change. Gzip, the slow part for a large registry, runs in a thread, once per payload
+however many clients ask at the same time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+from collections.abc import Callable, Hashable
+
+from registry.model import ChangeEvent
+
+Key = tuple[Hashable, ...]
+
+APPS = "apps"
+DELTA = "delta"
+APP = "app"
+VIP = "vip"
+
+GZIP_LEVEL = 6
+
+
+class ResponseCache:
+    def __init__(self) -> None:
+        self._bodies: dict[Key, bytes] = {}
+        self._gzipped: dict[Key, bytes] = {}
+        self._compressing: dict[Key, tuple[bytes, asyncio.Future[bytes]]] = {}
+        self.hits = 0
+        self.misses = 0
+
+    def get(self, key: Key, build: Callable[[], bytes]) -> bytes:
+        """The payload for `key`, built by `build` if it is not cached."""
+        body = self._bodies.get(key)
+        if body is None:
+            self.misses += 1
+            body = self._bodies[key] = build()
+        else:
+            self.hits += 1
+        return body
+
+    async def gzipped(self, key: Key, body: bytes) -> bytes:
+        """`body` (the payload for `key`) gzip-compressed, compressed once and kept."""
+        if self._bodies.get(key) is body and key in self._gzipped:
+            return self._gzipped[key]
+        in_flight = self._compressing.get(key)
+        if in_flight is None or in_flight[0] is not body:
+            task = asyncio.ensure_future(asyncio.to_thread(gzip.compress, body, GZIP_LEVEL))
+            in_flight = self._compressing[key] = (body, task)
+        compressed = await in_flight[1]
+        if self._compressing.get(key) is in_flight:
+            del self._compressing[key]
+        if self._bodies.get(key) is body:  # still current: keep it for the next client
+            self._gzipped[key] = compressed
+        return compressed
+
+    def invalidate(self, event: ChangeEvent) -> None:
+        """Registry listener: drop every payload the change makes stale."""
+        app = event.lease.instance.app
+        for key in [k for k in self._bodies if k[0] != APP or k[1] == app]:
+            del self._bodies[key]
+            self._gzipped.pop(key, None)
+
+    def drop_delta(self) -> None:
+        """The journal forgot old changes: delta payloads must be rebuilt."""
+        for key in [k for k in self._bodies if k[0] == DELTA]:
+            del self._bodies[key]
+            self._gzipped.pop(key, None)
+
+    def __len__(self) -> int:
+        return len(self._bodies)

@@ -1,0 +1,117 @@
+"""The response cache: built once, dropped exactly when a change touches it, gzipped once."""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+
+import pytest
+
+from registry.cache import APP, APPS, DELTA, VIP, ResponseCache
+from registry.core import Registry
+from tests.helpers import JSON, register
+from tests.registry.test_core import T0, make
+
+
+@pytest.fixture
+def cache() -> ResponseCache:
+    return ResponseCache()
+
+
+class TestGet:
+    def test_builds_once_then_hits(self, cache):
+        """A payload is built on the first read only."""
+        builds = []
+        for _ in range(3):
+            assert b"x" == cache.get((APPS, "json"), lambda: builds.append(1) or b"x")
+        assert (1, 1, 2) == (len(builds), cache.misses, cache.hits)
+
+
+class TestInvalidate:
+    def test_change_drops_what_it_touches_and_keeps_other_apps(self, cache):
+        """A change in ORDERS drops the registry, delta, ORDERS and VIP payloads, not PAYMENTS."""
+        registry = Registry()
+        registry.subscribe(cache.invalidate)
+        for key in [(APPS,), (DELTA,), (APP, "ORDERS"), (APP, "PAYMENTS"), (VIP, False, "orders")]:
+            cache.get(key, lambda: b"old")
+        registry.register(make(app="ORDERS"), now_ms=T0)
+        assert [(APP, "PAYMENTS")] == list(cache._bodies)
+
+    def test_heartbeats_drop_nothing(self, cache):
+        """A renewal is not a change: cached payloads stay."""
+        registry = Registry()
+        registry.register(make(), now_ms=T0)
+        registry.subscribe(cache.invalidate)
+        cache.get((APPS,), lambda: b"payload")
+        registry.renew("ORDERS", "i-1", now_ms=T0 + 1)
+        assert 1 == len(cache)
+
+    def test_drop_delta_keeps_the_rest(self, cache):
+        """Forgetting old changes drops only delta payloads."""
+        cache.get((APPS,), lambda: b"a")
+        cache.get((DELTA,), lambda: b"d")
+        cache.drop_delta()
+        assert [(APPS,)] == list(cache._bodies)
+
+
+class TestGzip:
+    async def test_concurrent_readers_compress_once(self, cache, monkeypatch):
+        """Many clients asking at once share one compression."""
+        calls = []
+        real = gzip.compress
+        monkeypatch.setattr(
+            gzip, "compress", lambda data, level: calls.append(1) or real(data, level)
+        )
+        body = cache.get((APPS,), lambda: b"payload" * 100)
+        results = await asyncio.gather(*(cache.gzipped((APPS,), body) for _ in range(5)))
+        assert {b"payload" * 100} == {gzip.decompress(r) for r in results}
+        assert 1 == len(calls)
+        await cache.gzipped((APPS,), body)
+        assert 1 == len(calls)
+
+    async def test_stale_compression_is_not_kept(self, cache):
+        """A compression that finishes after a change dropped its payload is not cached."""
+        registry = Registry()
+        registry.subscribe(cache.invalidate)
+        body = cache.get((APPS,), lambda: b"old")
+        compressing = asyncio.ensure_future(cache.gzipped((APPS,), body))
+        await asyncio.sleep(0)
+        registry.register(make(), now_ms=T0)
+        new = cache.get((APPS,), lambda: b"new")
+        assert b"old" == gzip.decompress(await compressing)
+        assert b"new" == gzip.decompress(await cache.gzipped((APPS,), new))
+
+
+class TestOverHttp:
+    async def test_read_after_write_sees_the_write(self, client):
+        """Every registration shows in the very next full fetch, cached or not."""
+        for n in range(3):
+            await register(client, iid=f"i-{n}")
+            doc = await (await client.get("/eureka/apps", headers=JSON)).json()
+            assert n + 1 == len(doc["applications"]["application"][0]["instance"])
+
+    async def test_gzip_and_plain_carry_the_same_document(self, client):
+        """The cached gzip form inflates to the cached plain form."""
+        await register(client)
+        plain = await (await client.get("/eureka/apps", headers=JSON)).read()
+        response = await client.get(
+            "/eureka/apps", headers={"Accept-Encoding": "gzip", **JSON}, auto_decompress=False
+        )
+        assert "gzip" == response.headers["Content-Encoding"]
+        assert plain == gzip.decompress(await response.read())
+
+    async def test_vip_payload_follows_a_moved_instance(self, client):
+        """Re-registering under another VIP updates both VIP answers."""
+        await register(client, vipAddress="blue")
+        assert 1 == len(
+            (await (await client.get("/eureka/vips/blue", headers=JSON)).json())["applications"][
+                "application"
+            ]
+        )
+        await register(client, vipAddress="green")
+        assert (
+            []
+            == (await (await client.get("/eureka/vips/blue", headers=JSON)).json())["applications"][
+                "application"
+            ]
+        )
