@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import logging
 import os
 import sys
@@ -16,6 +17,15 @@ from registry.logs import configure
 from registry.settings import Settings, SettingsError
 
 DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "config" / "default.toml"
+
+
+def new_event_loop() -> asyncio.AbstractEventLoop:
+    """uvloop's loop when it is installed (the `fast` extra), asyncio's otherwise."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.new_event_loop()
+    return uvloop.new_event_loop()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -35,13 +45,21 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     configure(level=settings.log_level, fmt=settings.log_format)
     log = structlog.get_logger()
-    log.info("server_starting", host=settings.host, port=settings.port, config=str(config))
+    loop = new_event_loop()
+    log.info(
+        "server_starting",
+        host=settings.host,
+        port=settings.port,
+        config=str(config),
+        loop=type(loop).__module__.split(".")[0],
+    )
     web.run_app(
         create_app(settings),
         host=settings.host,
         port=settings.port,
         access_log=logging.getLogger("aiohttp.access") if settings.access_log else None,
         print=None,
+        loop=loop,
     )
     log.info("server_stopped")
     return 0

@@ -112,9 +112,14 @@ class Registry:
     ) -> None:
         """A heartbeat (contract 3.2, 6.3): UnknownInstance means 404, StaleReplica 409.
 
-        The hot path: one lookup and one store, unless an override is in force.
+        The hot path: one lookup and one store, unless an override is in force or the
+        caller's lastDirtyTimestamp differs from ours. Written flat on purpose: every call
+        saved here is measurable in the heartbeat benchmark.
         """
-        lease = self._lease(app, instance_id)
+        leases = self._apps.get(app)
+        lease = leases.get(instance_id) if leases is not None else None
+        if lease is None:
+            raise UnknownInstance(f"no instance {instance_id!r} in application {app!r}")
         instance = lease.instance
         override = self._overrides.get(instance_id)
         if override is not None or instance.status is _UNKNOWN:
@@ -126,7 +131,11 @@ class Registry:
             if status is not instance.status:
                 self._change(lease, now_ms, status=status)
         lease.renew(now_ms, legacy=self._legacy)
-        if last_dirty_ms is not None and self._sync_dirty:
+        if (
+            last_dirty_ms is not None
+            and last_dirty_ms != lease.instance.last_dirty_ms
+            and self._sync_dirty
+        ):
             self._compare_dirty(lease, last_dirty_ms, is_replication, overridden_status, now_ms)
 
     def cancel(self, app: str, instance_id: str, *, now_ms: int) -> None:

@@ -1,6 +1,5 @@
 """The HTTP API: handlers parse and validate, the registry decides."""
 
-from registry.http.middleware import error_middleware
 from registry.http.routes import add_routes
 
-__all__ = ["add_routes", "error_middleware"]
+__all__ = ["add_routes"]

@@ -20,7 +20,7 @@ async def set_status_override(request: web.Request) -> web.Response:
         request.match_info["id"],
         status,
         now_ms=request.app[CLOCK].wall_ms(),
-        last_dirty_ms=params.last_dirty_ms(request),
+        last_dirty_ms=params.last_dirty_ms(params.query_string(request)),
     )
     return web.Response()
 
@@ -33,7 +33,7 @@ async def delete_status_override(request: web.Request) -> web.Response:
         request.match_info["id"],
         now_ms=request.app[CLOCK].wall_ms(),
         status=status,
-        last_dirty_ms=params.last_dirty_ms(request),
+        last_dirty_ms=params.last_dirty_ms(params.query_string(request)),
     )
     return web.Response()
 

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+from urllib.parse import unquote_plus
+
 from aiohttp import web
+from multidict import istr
 
 from registry.codec import wire
 from registry.errors import BadInput
 from registry.model import InstanceStatus
 
-REPLICATION_HEADER = "x-netflix-discovery-replication"
+# An istr spares the case-insensitive header lookup from folding the name on every request.
+REPLICATION_HEADER = istr("x-netflix-discovery-replication")
 
 
 def is_replication(request: web.Request) -> bool:
@@ -19,10 +23,31 @@ def app_name(request: web.Request) -> str:
     return request.match_info["app"].upper()
 
 
-def last_dirty_ms(request: web.Request) -> int | None:
-    raw = request.query.get("lastDirtyTimestamp")
+def query_string(request: web.Request) -> str:
+    """The raw query string: cheaper than building `request.query` for one or two values."""
+    return request.raw_path.partition("?")[2]
+
+
+def query_value(query: str, name: str) -> str | None:
+    """The first value of one parameter of a raw query string, decoded."""
+    key = name + "="
+    start = query.find(key)
+    while start > 0 and query[start - 1] != "&":  # inside another parameter: look further
+        start = query.find(key, start + 1)
+    if start < 0:
+        return None
+    start += len(key)
+    end = query.find("&", start)
+    value = query[start:] if end < 0 else query[start:end]
+    return unquote_plus(value) if "%" in value or "+" in value else value
+
+
+def last_dirty_ms(query: str) -> int | None:
+    raw = query_value(query, "lastDirtyTimestamp")
     if raw is None or raw == "":
         return None
+    if raw.isascii() and raw.isdigit() and len(raw) < 19:  # the usual form, read directly
+        return int(raw)
     return wire.timestamp(raw, "lastDirtyTimestamp")
 
 
@@ -34,7 +59,7 @@ def required_status(request: web.Request) -> InstanceStatus:
 
 
 def optional_status(request: web.Request) -> InstanceStatus | None:
-    raw = request.query.get("value")
+    raw = query_value(query_string(request), "value")
     if raw is None or raw == "":
         return None
     return wire.status(raw, "value", default=InstanceStatus.UNKNOWN)

@@ -9,36 +9,56 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 
 from registry.http import admin_api, client_api, discovery_api, server_info
+from registry.http.error_handling import json_errors, method_not_allowed, no_such_endpoint
 
 PREFIXES = ("/eureka", "/eureka/v2", "/eureka/v1")
 
-# (method, path under the prefix, handler). `apps/delta` comes before `apps/{app}` so the
-# literal wins; app names are upper-cased by the handlers.
-ROUTES: tuple[tuple[str, str, Handler], ...] = (
-    ("GET", "/apps", discovery_api.full_registry),
-    ("GET", "/apps/delta", discovery_api.delta),
-    ("POST", "/apps/{app}", client_api.register),
-    ("GET", "/apps/{app}", discovery_api.application),
-    ("PUT", "/apps/{app}/{id}", client_api.renew),
-    ("DELETE", "/apps/{app}/{id}", client_api.cancel),
-    ("GET", "/apps/{app}/{id}", discovery_api.instance),
-    ("PUT", "/apps/{app}/{id}/status", admin_api.set_status_override),
-    ("DELETE", "/apps/{app}/{id}/status", admin_api.delete_status_override),
-    ("PUT", "/apps/{app}/{id}/metadata", admin_api.update_metadata),
-    ("GET", "/instances/{id}", discovery_api.instance_by_id),
-    ("GET", "/vips/{vip}", discovery_api.vip),
-    ("GET", "/svips/{vip}", discovery_api.secure_vip),
-    ("GET", "/status", server_info.status),
-)
+# path under the prefix -> {method: handler}. aiohttp tries the resources under one prefix in
+# this order, so the heartbeat's path comes first; `apps/delta` comes before `apps/{app}` so
+# the literal wins. App names are upper-cased by the handlers.
+ROUTES: dict[str, dict[str, Handler]] = {
+    "/apps/{app}/{id}": {
+        "PUT": client_api.renew,
+        "DELETE": client_api.cancel,
+        "GET": discovery_api.instance,
+    },
+    "/apps": {"GET": discovery_api.full_registry},
+    "/apps/delta": {"GET": discovery_api.delta},
+    "/apps/{app}": {"POST": client_api.register, "GET": discovery_api.application},
+    "/apps/{app}/{id}/status": {
+        "PUT": admin_api.set_status_override,
+        "DELETE": admin_api.delete_status_override,
+    },
+    "/apps/{app}/{id}/metadata": {"PUT": admin_api.update_metadata},
+    "/instances/{id}": {"GET": discovery_api.instance_by_id},
+    "/vips/{vip}": {"GET": discovery_api.vip},
+    "/svips/{vip}": {"GET": discovery_api.secure_vip},
+    "/status": {"GET": server_info.status},
+}
+
+# Netflix serves the override dump outside the versioned API.
+UNVERSIONED: dict[str, dict[str, Handler]] = {
+    "/eureka/serverinfo/statusoverrides": {"GET": admin_api.status_overrides},
+}
 
 
 def add_routes(app: web.Application) -> None:
     for prefix in PREFIXES:
-        for method, path, handler in ROUTES:
+        for path, methods in ROUTES.items():
             # aiohttp's default segment pattern refuses braces; ids may contain them.
-            pattern = re.sub(r"\{(\w+)\}", r"{\1:[^/]+}", path)
+            pattern = prefix + re.sub(r"\{(\w+)\}", r"{\1:[^/]+}", path)
             for variant in (pattern, pattern + "/"):
-                app.router.add_route(method, prefix + variant, handler)
-    # Netflix serves the override dump outside the versioned API.
-    for path in ("/eureka/serverinfo/statusoverrides", "/eureka/serverinfo/statusoverrides/"):
-        app.router.add_get(path, admin_api.status_overrides)
+                _add(app, variant, methods)
+    for path, methods in UNVERSIONED.items():
+        for variant in (path, path + "/"):
+            _add(app, variant, methods)
+    app.router.add_route("*", "/{tail:.*}", no_such_endpoint)
+
+
+def _add(app: web.Application, path: str, methods: dict[str, Handler]) -> None:
+    resource = app.router.add_resource(path)
+    for method, handler in methods.items():
+        resource.add_route(method, json_errors(handler))
+    if "GET" in methods:
+        resource.add_route("HEAD", json_errors(methods["GET"]))
+    resource.add_route("*", method_not_allowed([*methods, *(["HEAD"] if "GET" in methods else [])]))

@@ -1,0 +1,99 @@
+"""Every error leaves as a JSON body `{"error": ..., "detail": ...}` with its status.
+
+RegistryError subclasses map to statuses through one table, walked along the class's MRO;
+aiohttp's own errors (413 body too large, ...) get the same shape, as do requests no route
+matches (404) or no route of that path accepts (405); anything else is a bug: logged with its
+traceback and answered 500.
+
+This is a wrapper around each route's handler rather than an application middleware: a
+middleware also costs aiohttp's own per-request wrapper, about 7 % of a heartbeat's time.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import orjson
+import structlog
+from aiohttp import web
+from aiohttp.typedefs import Handler
+
+from registry import errors
+
+log = structlog.get_logger()
+
+STATUS_FOR: dict[type, int] = {
+    errors.RegistryError: 500,
+    errors.BadInput: 400,
+    errors.UnsupportedMediaType: 415,
+    errors.UnknownInstance: 404,
+    errors.UnknownApplication: 404,
+    errors.NotServed: 403,
+    errors.StaleReplica: 409,
+}
+
+_HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 413: "body_too_large"}
+
+
+def status_for(exc: errors.RegistryError) -> int:
+    for cls in type(exc).__mro__:
+        if cls in STATUS_FOR:
+            return STATUS_FOR[cls]
+    return 500
+
+
+def error_response(status: int, error: str, detail: str, **extra: Any) -> web.Response:
+    body = {"error": error, "detail": detail, **extra}
+    return web.Response(status=status, body=orjson.dumps(body), content_type="application/json")
+
+
+def json_errors(handler: Handler) -> Handler:
+    """`handler`, with every error it raises answered as JSON."""
+
+    @functools.wraps(handler)
+    async def wrapper(request: web.Request) -> web.StreamResponse:
+        try:
+            return await handler(request)
+        except errors.BadInput as exc:
+            return error_response(status_for(exc), exc.code, exc.detail, field=exc.field)
+        except errors.RegistryError as exc:
+            status = status_for(exc)
+            if status == 500:
+                log.exception("request_failed", method=request.method, path=request.path)
+            return error_response(status, exc.code, str(exc))
+        except web.HTTPException as exc:
+            if exc.status < 400:
+                raise
+            code = _HTTP_CODES.get(exc.status, f"http_{exc.status}")
+            return error_response(exc.status, code, _detail(request, exc))
+        except Exception:
+            log.exception("request_failed", method=request.method, path=request.path)
+            return error_response(500, "internal_error", "unexpected error; see the server log")
+
+    return wrapper
+
+
+async def no_such_endpoint(request: web.Request) -> web.Response:
+    """The catch-all route: nothing here."""
+    return error_response(404, "not_found", f"no endpoint at {request.method} {request.path}")
+
+
+def method_not_allowed(allowed: list[str]) -> Handler:
+    """The handler for every other method of a path that has routes for `allowed`."""
+    allow = ", ".join(sorted(allowed))
+
+    async def handler(request: web.Request) -> web.Response:
+        response = error_response(
+            405, "method_not_allowed", f"{request.method} is not allowed here; allowed: {allow}"
+        )
+        response.headers["Allow"] = allow
+        return response
+
+    return handler
+
+
+def _detail(request: web.Request, exc: web.HTTPException) -> str:
+    if exc.status == 413:
+        return f"the request body is larger than {request.client_max_size} bytes"
+    return exc.reason
