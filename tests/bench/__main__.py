@@ -1,0 +1,184 @@
+"""The benchmark runner: `python -m tests.bench [--smoke]`.
+
+Starts the registry as a subprocess on loopback, loads it from other processes (wrk when
+installed, else a Python load generator), measures each scenario over several runs beside a
+bare aiohttp ceiling where one exists, prints a table and writes the figures as JSON.
+It installs nothing; it says which load generator and event loop it used.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from tests.bench.load import LoadGenerator
+from tests.bench.scenarios import SCENARIOS, Plan, memory, throughput
+
+TARGETS = {  # figure: (minimum ratio to the ceiling, or maximum bytes)
+    "heartbeat": 0.85,
+    "full_fetch": 0.90,
+    "bytes_per_instance": 1600,
+}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(prog="python -m tests.bench", description=__doc__)
+    parser.add_argument("--smoke", action="store_true", help="a few seconds: proves it works")
+    parser.add_argument("--instances", type=int, default=10_000)
+    parser.add_argument("--memory-instances", type=int, default=100_000)
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--seconds", type=float, default=3.0, help="length of each run")
+    parser.add_argument("--connections", type=int, default=32)
+    parser.add_argument("--python-load", action="store_true", help="use the Python generator")
+    parser.add_argument(
+        "--scenarios",
+        default=",".join(SCENARIOS),
+        help=f"a comma-separated subset of {','.join(SCENARIOS)}",
+    )
+    parser.add_argument("--out", type=Path, default=Path("bench-results.json"))
+    args = parser.parse_args()
+    if args.smoke:
+        args.instances, args.memory_instances, args.runs, args.seconds = 200, 2_000, 1, 1.0
+        args.connections = 8
+
+    load = LoadGenerator(connections=args.connections, prefer_wrk=not args.python_load)
+    chosen = frozenset(args.scenarios.split(","))
+    if not chosen <= set(SCENARIOS):
+        parser.error(f"unknown scenarios: {', '.join(sorted(chosen - set(SCENARIOS)))}")
+    plan = Plan(
+        args.instances,
+        args.memory_instances,
+        args.runs,
+        args.seconds,
+        load,
+        chosen,
+        warm_up=not args.smoke,
+    )
+    machine = describe_machine(load)
+    print(
+        f"load generator: {machine['load_generator']}; event loop: {machine['event_loop']}; "
+        f"{machine['cpus']} CPUs ({machine['cpu']})",
+        flush=True,
+    )
+    if load.wrk is None and not args.python_load:
+        print("wrk not found: install Debian's wrk for figures closer to the ceiling", flush=True)
+
+    started = time.monotonic()
+    results = asyncio.run(run(plan))
+    report = {
+        "machine": machine,
+        "parameters": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+        "results": results,
+        "seconds": round(time.monotonic() - started, 1),
+    }
+    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    print(table(results))
+    print(f"\nfigures written to {args.out} in {report['seconds']} s")
+    return 0
+
+
+async def run(plan: Plan) -> dict[str, Any]:
+    results = await throughput(plan)
+    if "memory" in plan.scenarios:
+        results["memory"] = await memory(plan)
+    return results
+
+
+def describe_machine(load: LoadGenerator) -> dict[str, Any]:
+    cpu = "unknown"
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.exists():
+        for line in cpuinfo.read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    try:
+        import uvloop  # noqa: F401
+
+        loop = "uvloop"
+    except ImportError:
+        loop = "asyncio"
+    return {
+        "cpu": cpu,
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "event_loop": loop,
+        "load_generator": load.name,
+    }
+
+
+def table(results: dict[str, Any]) -> str:
+    rows = [("scenario", "registry", "ceiling", "ratio", "p50 / p99 ms", "target")]
+    for name, figure in results.items():
+        if not isinstance(figure, dict) or "registry" not in figure:
+            continue
+        ours, ceiling = figure["registry"], figure["ceiling"]
+        target = TARGETS["heartbeat" if name == "heartbeat" else "full_fetch"]
+        verdict = "ok" if (figure["ratio"] or 0) >= target else "BELOW"
+        rows.append(
+            (
+                name,
+                _rps(ours),
+                _rps(ceiling),
+                f"{figure['ratio']:.2f}",
+                f"{ours['p50_ms_median']:.2f} / {ours['p99_ms_median']:.2f}",
+                f">= {target} {verdict}",
+            )
+        )
+    for name in ("churn", "delta_under_churn"):
+        if name not in results:
+            continue
+        figure = results[name]
+        extra = f" (churn {figure['churn_rps_median']}/s)" if "churn_rps_median" in figure else ""
+        rows.append(
+            (
+                name + extra,
+                _rps(figure),
+                "",
+                "",
+                f"{figure['p50_ms_median']:.2f} / {figure['p99_ms_median']:.2f}",
+                "",
+            )
+        )
+    if "memory" not in results:
+        return _render(rows)
+    mem = results["memory"]
+    limit = TARGETS["bytes_per_instance"]
+    verdict = "ok" if mem["bytes_per_instance"] <= limit else "ABOVE"
+    for label, value, target in (
+        (
+            f"memory at {mem['instances']} instances",
+            mem["bytes_per_instance"],
+            f"<= {limit} {verdict}",
+        ),
+        ("  after JSON and XML fetches", mem["bytes_per_instance_after_fetches"], ""),
+        ("  of which cached payloads", mem["cached_payload_bytes_per_instance"], ""),
+    ):
+        rows.append((label, f"{value} B/inst", "", "", "", target))
+    return _render(rows)
+
+
+def _render(rows: list[tuple[str, ...]]) -> str:
+    widths = [max(len(str(row[i])) for row in rows) for i in range(len(rows[0]))]
+    lines = [
+        "  ".join(str(cell).ljust(w) for cell, w in zip(row, widths, strict=True)) for row in rows
+    ]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def _rps(summary: dict[str, Any]) -> str:
+    errors = f", {summary['errors']} err" if summary["errors"] else ""
+    return f"{summary['rps_median']}/s ({summary['rps_min']}-{summary['rps_max']}{errors})"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,116 @@
+"""The servers under test, as real subprocesses on loopback, and what they cost in memory."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import aiohttp
+import orjson
+
+from tests.bench import workloads
+
+READY_TIMEOUT = 30.0
+POLL = 0.05
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Server:
+    process: asyncio.subprocess.Process
+    url: str
+
+    def rss_bytes(self) -> int:
+        """Resident memory of the server process, from /proc."""
+        for line in Path(f"/proc/{self.process.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+        raise RuntimeError("no VmRSS line")
+
+
+@asynccontextmanager
+async def registry(**settings: object) -> AsyncIterator[Server]:
+    """`python -m registry serve` with `settings` as REGISTRY_* variables."""
+    port = free_port()
+    env = {
+        **os.environ,
+        "REGISTRY_LOG_LEVEL": "warning",
+        "REGISTRY_LOG_FORMAT": "json",
+        **{f"REGISTRY_{key.upper()}": str(value) for key, value in settings.items()},
+    }
+    command = [sys.executable, "-m", "registry", "serve", "--port", str(port)]
+    async with _process(command, env, f"http://127.0.0.1:{port}", "/eureka/apps") as server:
+        yield server
+
+
+@asynccontextmanager
+async def ceiling(payload_dir: Path) -> AsyncIterator[Server]:
+    """The bare aiohttp server returning `payload_dir`'s precomputed bytes."""
+    port = free_port()
+    command = [sys.executable, "-m", "tests.bench.ceiling", str(port), str(payload_dir)]
+    async with _process(command, dict(os.environ), f"http://127.0.0.1:{port}", None) as server:
+        yield server
+
+
+@asynccontextmanager
+async def _process(
+    command: list[str], env: dict[str, str], url: str, ready_path: str | None
+) -> AsyncIterator[Server]:
+    process = await asyncio.create_subprocess_exec(*command, env=env)
+    server = Server(process, url)
+    try:
+        await _wait_ready(server, ready_path)
+        yield server
+    finally:
+        if process.returncode is None:
+            process.terminate()
+            await process.wait()
+
+
+async def _wait_ready(server: Server, path: str | None) -> None:
+    deadline = asyncio.get_running_loop().time() + READY_TIMEOUT
+    async with aiohttp.ClientSession() as session:
+        while True:
+            try:
+                async with session.get(server.url + (path or "/")) as response:
+                    if path is None or response.status == 200:
+                        return
+            except aiohttp.ClientConnectionError:
+                pass
+            if server.process.returncode is not None:
+                raise RuntimeError(f"server exited with {server.process.returncode}")
+            if asyncio.get_running_loop().time() > deadline:
+                raise RuntimeError("server did not start")
+            await asyncio.sleep(POLL)
+
+
+async def populate(server: Server, count: int, *, start: int = 0, concurrency: int = 32) -> None:
+    """Register `count` benchmark instances, `concurrency` requests at a time."""
+    queue = iter(range(start, start + count))
+
+    async def worker(session: aiohttp.ClientSession) -> None:
+        for k in queue:
+            app, iid, ip = workloads.bench_instance(k)
+            body = orjson.dumps(workloads.instance_body(app, iid, ip))
+            async with session.post(
+                f"{server.url}/eureka/apps/{app}",
+                data=body,
+                headers={"Content-Type": "application/json"},
+            ) as response:
+                if response.status != 204:
+                    raise RuntimeError(f"registration failed: {response.status}")
+
+    connector = aiohttp.TCPConnector(limit=concurrency)
+    async with aiohttp.ClientSession(connector=connector) as session:
+        await asyncio.gather(*(worker(session) for _ in range(concurrency)))
