@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import gzip
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterable
 
 from registry.model import ChangeEvent
 
@@ -32,6 +32,9 @@ GZIP_LEVEL = 6
 class ResponseCache:
     def __init__(self) -> None:
         self._bodies: dict[Key, bytes] = {}
+        # Which keys a change can touch, so dropping them never scans the whole cache.
+        self._shared: set[Key] = set()  # registry, delta and VIP payloads: every change
+        self._by_app: dict[str, set[Key]] = {}  # per-application payloads: that app's changes
         self._gzipped: dict[Key, bytes] = {}
         self._compressing: dict[Key, tuple[bytes, asyncio.Future[bytes]]] = {}
         self.hits = 0
@@ -43,6 +46,10 @@ class ResponseCache:
         if body is None:
             self.misses += 1
             body = self._bodies[key] = build()
+            if key[0] == APP:
+                self._by_app.setdefault(str(key[1]), set()).add(key)
+            else:
+                self._shared.add(key)
         else:
             self.hits += 1
         return body
@@ -64,14 +71,18 @@ class ResponseCache:
 
     def invalidate(self, event: ChangeEvent) -> None:
         """Registry listener: drop every payload the change makes stale."""
-        app = event.lease.instance.app
-        for key in [k for k in self._bodies if k[0] != APP or k[1] == app]:
-            del self._bodies[key]
-            self._gzipped.pop(key, None)
+        self._drop(self._shared)
+        self._shared = set()
+        self._drop(self._by_app.pop(event.lease.instance.app, ()))
 
     def drop_delta(self) -> None:
         """The journal forgot old changes: delta payloads must be rebuilt."""
-        for key in [k for k in self._bodies if k[0] == DELTA]:
+        stale = {key for key in self._shared if key[0] == DELTA}
+        self._drop(stale)
+        self._shared -= stale
+
+    def _drop(self, keys: Iterable[Key]) -> None:
+        for key in keys:
             del self._bodies[key]
             self._gzipped.pop(key, None)
 

@@ -1,0 +1,135 @@
+"""Stateful property: the cache never serves what a fresh build would not, and deltas add up.
+
+After any sequence of registrations, heartbeats, cancels, overrides, metadata updates, time
+passing and evictions: every cached payload equals a freshly built one (heartbeats do not
+rebuild payloads, so `lastRenewalTimestamp` is the one field allowed to lag), and a client that
+applies each delta to its copy computes the delta's own `apps__hashcode`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from typing import Any
+
+import orjson
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
+
+from registry import cache, payloads
+from registry.cache import ResponseCache
+from registry.codec import Format
+from registry.core import Registry
+from registry.errors import UnknownInstance
+from registry.hashcode import reconcile_hash
+from registry.journal import DeltaJournal
+from registry.model import InstanceStatus
+from tests.registry.test_core import T0, make
+
+APPS = st.sampled_from(["ORDERS", "PAYMENTS"])
+IDS = st.sampled_from(["a", "b", "c"])
+VIPS = st.sampled_from(["blue", "green", "blue,green"])
+STATUSES = st.sampled_from(list(InstanceStatus))
+_RENEWAL_JSON = re.compile(rb'"lastRenewalTimestamp":\d+')
+_RENEWAL_XML = re.compile(rb"<lastRenewalTimestamp>\d+</lastRenewalTimestamp>")
+
+
+def without_renewals(body: bytes) -> bytes:
+    return _RENEWAL_XML.sub(b"", _RENEWAL_JSON.sub(b"", body))
+
+
+class CachedRegistry(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.now = T0
+        self.dirty = T0
+        self.registry = Registry()
+        self.journal = DeltaJournal(retention_ms=180_000)
+        self.cache = ResponseCache()
+        self.registry.subscribe(self.journal.record)
+        self.registry.subscribe(self.cache.invalidate)
+        self.client: dict[str, dict[str, str]] = {}  # app -> id -> status, from a full fetch
+
+    # Commands ------------------------------------------------------------------------------
+
+    @rule(app=APPS, iid=IDS, status=STATUSES, vip=VIPS, newer=st.booleans())
+    def register(self, app: str, iid: str, status: InstanceStatus, vip: str, newer: bool) -> None:
+        self.dirty += 1 if newer else 0
+        instance = make(iid, app=app, status=status, dirty=self.dirty, vip_address=vip)
+        self.registry.register(instance, now_ms=self.now)
+
+    @rule(app=APPS, iid=IDS)
+    def renew(self, app: str, iid: str) -> None:
+        with contextlib.suppress(UnknownInstance):
+            self.registry.renew(app, iid, now_ms=self.now)
+
+    @rule(app=APPS, iid=IDS)
+    def cancel(self, app: str, iid: str) -> None:
+        with contextlib.suppress(UnknownInstance):
+            self.registry.cancel(app, iid, now_ms=self.now)
+
+    @rule(app=APPS, iid=IDS, status=STATUSES)
+    def override(self, app: str, iid: str, status: InstanceStatus) -> None:
+        with contextlib.suppress(UnknownInstance):
+            self.registry.set_status_override(app, iid, status, now_ms=self.now)
+
+    @rule(app=APPS, iid=IDS, status=st.none() | STATUSES)
+    def delete_override(self, app: str, iid: str, status: InstanceStatus | None) -> None:
+        with contextlib.suppress(UnknownInstance):
+            self.registry.delete_status_override(
+                app, iid, now_ms=self.now, status=status or InstanceStatus.UNKNOWN
+            )
+
+    @rule(app=APPS, iid=IDS, value=st.sampled_from(["1", "2"]))
+    def metadata(self, app: str, iid: str, value: str) -> None:
+        with contextlib.suppress(UnknownInstance):
+            self.registry.update_metadata(app, iid, {"k": value}, now_ms=self.now)
+
+    @rule(seconds=st.integers(1, 100))
+    def time_passes_and_eviction_runs(self, seconds: int) -> None:
+        self.now += seconds * 1000
+        self.registry.evict_expired(now_ms=self.now)
+
+    # Reads ---------------------------------------------------------------------------------
+
+    def served(self, key: tuple[Any, ...], build: Any) -> bytes:
+        if key[0] == cache.DELTA and self.journal.purge(now_ms=self.now):
+            self.cache.drop_delta()  # as the delta handler does before reading
+        return self.cache.get(key, build)
+
+    @invariant()
+    def cached_payloads_match_fresh_ones(self) -> None:
+        r, j = self.registry, self.journal
+        for fmt in Format:
+            builds = {
+                (cache.APPS, fmt): lambda f=fmt: payloads.full_registry(r, f),
+                (cache.DELTA, fmt): lambda f=fmt: payloads.delta(r, j, f, now_ms=self.now),
+                (cache.VIP, False, "blue", fmt): lambda f=fmt: payloads.vip(
+                    r, "blue", f, secure=False
+                ),
+            }
+            for name, _ in r.applications():
+                builds[(cache.APP, name, fmt)] = lambda n=name, f=fmt: payloads.application(r, n, f)
+            for key, build in builds.items():
+                assert without_renewals(build()) == without_renewals(self.served(key, build))
+
+    @invariant()
+    def a_client_applying_deltas_agrees_with_the_hash(self) -> None:
+        """The delta's hash equals the hash of a copy kept up to date by deltas alone."""
+        build = lambda: payloads.delta(self.registry, self.journal, Format.JSON, now_ms=self.now)  # noqa: E731
+        doc = orjson.loads(self.served((cache.DELTA, Format.JSON), build))["applications"]
+        for application in doc["application"]:
+            for instance in application["instance"]:
+                held = self.client.setdefault(application["name"], {})
+                if instance["actionType"] == "DELETED":
+                    held.pop(instance["instanceId"], None)
+                else:
+                    held[instance["instanceId"]] = instance["status"]
+        statuses = [InstanceStatus(s) for held in self.client.values() for s in held.values()]
+        assert doc["apps__hashcode"] == reconcile_hash(statuses)
+        assert self.registry.reconcile_hash() == doc["apps__hashcode"]
+
+
+TestCachedRegistry = CachedRegistry.TestCase
+TestCachedRegistry.settings = settings(max_examples=80, stateful_step_count=30, deadline=None)
