@@ -62,8 +62,12 @@ def unescape_name(tag: str) -> str:
 # Decoding ------------------------------------------------------------------------------------
 
 
-# Elements that hold a map even when empty or pretty-printed with only whitespace inside.
-_MAPS = frozenset({"metadata", "leaseInfo", "dataCenterInfo"})
+# Elements that hold a map even when empty or pretty-printed with only whitespace inside, by
+# the element they are in: an instance's own maps, and the Amazon metadata of its data center.
+_MAPS = {
+    "instance": frozenset({"metadata", "leaseInfo", "dataCenterInfo"}),
+    "dataCenterInfo": frozenset({"metadata"}),
+}
 # An instance is four levels deep at most (instance > dataCenterInfo > metadata > key).
 _MAX_DEPTH = 8
 
@@ -83,16 +87,18 @@ def decode(body: bytes | str, *, root: str) -> Any:
         raise BadInput("body", f"cannot parse request body as XML: {exc}") from None
     if element.tag != root:
         raise BadInput("body", f"the root element must be <{root}>, not <{element.tag}>")
-    return _to_wire(element, depth=1)
+    return _to_wire(element, depth=1, is_map=True)
 
 
-def _to_wire(element: Element, *, depth: int) -> Any:
+def _to_wire(element: Element, *, depth: int, is_map: bool) -> Any:
     if depth > _MAX_DEPTH:
         raise BadInput("body", f"elements nested deeper than {_MAX_DEPTH} levels")
     attributes = {f"@{name}": value for name, value in element.attrib.items()}
-    if len(element) or element.tag in _MAPS:
+    if len(element) or is_map:
+        maps = _MAPS.get(element.tag, frozenset()) if depth <= 2 else frozenset()
         d: dict[str, Any] = {
-            unescape_name(child.tag): _to_wire(child, depth=depth + 1) for child in element
+            unescape_name(child.tag): _to_wire(child, depth=depth + 1, is_map=child.tag in maps)
+            for child in element
         }
         d.update(attributes)
         return d

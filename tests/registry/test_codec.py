@@ -256,6 +256,13 @@ class TestXmlShapes:
         i = instance_from_wire(xml_codec.decode(body, root="instance"), now_ms=NOW)
         assert ({}, 90) == (i.metadata, i.duration_secs)
 
+    def test_metadata_keys_named_like_maps_stay_strings(self) -> None:
+        """A metadata key called leaseInfo or metadata is a plain (here empty) value."""
+        inner = b"<metadata><leaseInfo/><metadata></metadata><dataCenterInfo/></metadata>"
+        body = XML_HEAD + inner + XML_DC + b"</instance>"
+        i = instance_from_wire(xml_codec.decode(body, root="instance"), now_ms=NOW)
+        assert {"leaseInfo": "", "metadata": "", "dataCenterInfo": ""} == i.metadata
+
     @pytest.mark.parametrize(
         "inner",
         [
