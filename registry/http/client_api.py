@@ -31,14 +31,14 @@ async def renew(request: web.Request) -> web.Response:
     """
     state = request.app
     query = params.query_string(request)
-    replication = request.headers.get(params.REPLICATION_HEADER) == "true"
+    replication = params.is_replication(request)
     overridden = None
     if replication:
         raw = params.query_value(query, "overriddenstatus")
         overridden = wire.status(raw, "overriddenstatus", default=InstanceStatus.UNKNOWN)
     try:
         state[REGISTRY].renew(
-            request.match_info["app"].upper(),
+            params.app_name(request),
             request.match_info["id"],
             now_ms=state[CLOCK].wall_ms(),
             is_replication=replication,
