@@ -116,7 +116,7 @@ def describe_machine(load: LoadGenerator) -> dict[str, Any]:
 
 
 def table(results: dict[str, Any]) -> str:
-    rows = [("scenario", "registry", "ceiling", "ratio", "p50 / p99 ms", "target")]
+    rows = [("scenario", "registry", "ceiling", "ratio", "cpu ratio", "p50 / p99 ms", "target")]
     for name, figure in results.items():
         if not isinstance(figure, dict) or "registry" not in figure:
             continue
@@ -129,6 +129,7 @@ def table(results: dict[str, Any]) -> str:
                 _rps(ours),
                 _rps(ceiling),
                 f"{figure['ratio']:.2f}",
+                f"{figure['cpu_ratio']:.2f}" if figure["cpu_ratio"] else "",
                 f"{ours['p50_ms_median']:.2f} / {ours['p99_ms_median']:.2f}",
                 f">= {target} {verdict}",
             )
@@ -142,6 +143,7 @@ def table(results: dict[str, Any]) -> str:
             (
                 name + extra,
                 _rps(figure),
+                "",
                 "",
                 "",
                 f"{figure['p50_ms_median']:.2f} / {figure['p99_ms_median']:.2f}",
@@ -162,7 +164,7 @@ def table(results: dict[str, Any]) -> str:
         ("  after JSON and XML fetches", mem["bytes_per_instance_after_fetches"], ""),
         ("  of which cached payloads", mem["cached_payload_bytes_per_instance"], ""),
     ):
-        rows.append((label, f"{value} B/inst", "", "", "", target))
+        rows.append((label, f"{value} B/inst", "", "", "", "", target))
     return _render(rows)
 
 

@@ -31,6 +31,11 @@ class Server:
     process: asyncio.subprocess.Process
     url: str
 
+    def cpu_seconds(self) -> float:
+        """User plus system CPU time the server process has used, from /proc."""
+        fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
     def rss_bytes(self) -> int:
         """Resident memory of the server process, from /proc."""
         for line in Path(f"/proc/{self.process.pid}/status").read_text().splitlines():

@@ -42,6 +42,7 @@ class Series:
     """One figure measured over several runs."""
 
     results: list[Result] = field(default_factory=list)
+    cpu_us_per_request: list[float] = field(default_factory=list)  # the server's own CPU
 
     def median(self, attribute: str = "rps") -> float:
         return statistics.median(getattr(r, attribute) for r in self.results)
@@ -67,13 +68,35 @@ class Series:
 
 
 def compared(ours: Series, ceiling: Series) -> dict[str, Any]:
-    """Both series, and the median of the per-run ratios (runs alternate, so pairs share noise)."""
+    """Both series, and the median of the per-run ratios (runs alternate, so pairs share noise).
+
+    `cpu_ratio` compares the servers' own CPU time per request (ceiling / registry): less
+    moved than throughput by what else the machine runs, so it tells small changes apart.
+    """
     ratios = [o.rps / c.rps for o, c in zip(ours.results, ceiling.results, strict=True) if c.rps]
+    cpu = [
+        c / o for o, c in zip(ours.cpu_us_per_request, ceiling.cpu_us_per_request, strict=True) if o
+    ]
     return {
-        "registry": ours.summary(),
-        "ceiling": ceiling.summary(),
+        "registry": {**ours.summary(), "cpu_us_per_request": _median(ours.cpu_us_per_request)},
+        "ceiling": {**ceiling.summary(), "cpu_us_per_request": _median(ceiling.cpu_us_per_request)},
         "ratio": round(statistics.median(ratios), 3) if ratios else None,
+        "cpu_ratio": round(statistics.median(cpu), 3) if cpu else None,
     }
+
+
+def _median(values: list[float]) -> float | None:
+    return round(statistics.median(values), 2) if values else None
+
+
+async def measured(
+    plan: Plan, server: processes.Server, workload: workloads.Workload, spec: dict[str, object]
+) -> tuple[Result, float]:
+    """One run, and the server's CPU microseconds per request during it."""
+    before = server.cpu_seconds()
+    result = await plan.load.run(server.url, workload, plan.seconds, spec)
+    used = server.cpu_seconds() - before
+    return result, 1e6 * used / result.requests if result.requests else 0.0
 
 
 async def side_by_side(
@@ -90,10 +113,13 @@ async def side_by_side(
         await plan.load.run(theirs.url, ceiling_workload, 1, ceiling_spec)
     mine, ceiling = Series(), Series()
     for _ in range(plan.runs):
-        mine.results.append(await plan.load.run(ours.url, workload, plan.seconds, spec))
-        ceiling.results.append(
-            await plan.load.run(theirs.url, ceiling_workload, plan.seconds, ceiling_spec)
-        )
+        for series, server, load, load_spec in (
+            (mine, ours, workload, spec),
+            (ceiling, theirs, ceiling_workload, ceiling_spec),
+        ):
+            result, cpu = await measured(plan, server, load, load_spec)
+            series.results.append(result)
+            series.cpu_us_per_request.append(cpu)
     return compared(mine, ceiling)
 
 
