@@ -32,7 +32,7 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
         sync_when_timestamp_differs=settings.sync_when_timestamp_differs,
     )
     journal = DeltaJournal(retention_ms=int(settings.delta_retention * 1000))
-    cache = ResponseCache()
+    cache = ResponseCache(max_age=settings.response_cache_max_age)
     registry.subscribe(journal.record)
     registry.subscribe(cache.invalidate)
     app[SETTINGS] = settings

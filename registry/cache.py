@@ -30,8 +30,12 @@ GZIP_LEVEL = 6
 
 
 class ResponseCache:
-    def __init__(self) -> None:
+    def __init__(self, *, max_age: float | None = None) -> None:
+        """`max_age` (seconds) bounds how old a document can be, change or not: heartbeats
+        do not rebuild documents, so it also bounds the age of their lastRenewalTimestamps."""
+        self._max_age = max_age
         self._bodies: dict[Key, bytes] = {}
+        self._built_at: dict[Key, float] = {}
         # Which keys a change can touch, so dropping them never scans the whole cache.
         self._shared: set[Key] = set()  # registry, delta and VIP payloads: every change
         self._by_app: dict[str, set[Key]] = {}  # per-application payloads: that app's changes
@@ -40,18 +44,33 @@ class ResponseCache:
         self.hits = 0
         self.misses = 0
 
-    def get(self, key: Key, build: Callable[[], bytes]) -> bytes:
-        """The payload for `key`, built by `build` if it is not cached."""
+    def get(
+        self,
+        key: Key,
+        build: Callable[[], bytes],
+        *,
+        now: float = 0.0,
+        keep: Callable[[], bool] | None = None,
+    ) -> bytes:
+        """The payload for `key`, built by `build` if it is not cached (or too old at `now`,
+        in monotonic seconds). A fresh build is kept unless `keep` says otherwise."""
         body = self._bodies.get(key)
-        if body is None:
-            self.misses += 1
-            body = self._bodies[key] = build()
+        expired = self._max_age is not None and now - self._built_at.get(key, now) > self._max_age
+        if body is not None and expired:
+            self._drop((key,))
+            body = None
+        if body is not None:
+            self.hits += 1
+            return body
+        self.misses += 1
+        body = build()
+        if keep is None or keep():
+            self._bodies[key] = body
+            self._built_at[key] = now
             if key[0] == APP:
                 self._by_app.setdefault(str(key[1]), set()).add(key)
             else:
                 self._shared.add(key)
-        else:
-            self.hits += 1
         return body
 
     async def gzipped(self, key: Key, body: bytes) -> bytes:
@@ -61,13 +80,21 @@ class ResponseCache:
         in_flight = self._compressing.get(key)
         if in_flight is None or in_flight[0] is not body:
             task = asyncio.ensure_future(asyncio.to_thread(gzip.compress, body, GZIP_LEVEL))
+            task.add_done_callback(lambda _: self._forget(key, task))
             in_flight = self._compressing[key] = (body, task)
-        compressed = await in_flight[1]
-        if self._compressing.get(key) is in_flight:
-            del self._compressing[key]
+        # Shielded: a waiting client that goes away must not cancel the others' compression.
+        compressed = await asyncio.shield(in_flight[1])
         if self._bodies.get(key) is body:  # still current: keep it for the next client
             self._gzipped[key] = compressed
         return compressed
+
+    def _forget(self, key: Key, task: asyncio.Future[bytes]) -> None:
+        in_flight = self._compressing.get(key)
+        if in_flight is not None and in_flight[1] is task:
+            del self._compressing[key]
+
+    def __contains__(self, key: Key) -> bool:
+        return key in self._bodies
 
     def invalidate(self, event: ChangeEvent) -> None:
         """Registry listener: drop every payload the change makes stale."""
@@ -83,8 +110,9 @@ class ResponseCache:
 
     def _drop(self, keys: Iterable[Key]) -> None:
         for key in keys:
-            del self._bodies[key]
-            self._gzipped.pop(key, None)
+            if self._bodies.pop(key, None) is not None:
+                del self._built_at[key]
+                self._gzipped.pop(key, None)
 
     def __len__(self) -> int:
         return len(self._bodies)

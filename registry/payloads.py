@@ -41,13 +41,18 @@ def application(registry: Registry, name: str, fmt: Format) -> bytes:
     return encode_application(fmt, name, registry.application(name))
 
 
-def vip(registry: Registry, address: str, fmt: Format, *, secure: bool) -> bytes:
-    """Instances whose comma-separated (secure) VIP address names `address` exactly."""
+def vip_matches(registry: Registry, address: str, *, secure: bool) -> list[tuple[str, list[Lease]]]:
+    """Each application's instances whose comma-separated (secure) VIP address names `address`."""
     matches: list[tuple[str, list[Lease]]] = []
     for name, leases in registry.applications():
         chosen = [lease for lease in leases if address in _vips(lease, secure)]
         if chosen:
             matches.append((name, chosen))
+    return matches
+
+
+def vip(matches: list[tuple[str, list[Lease]]], fmt: Format) -> bytes:
+    """The VIP document of `matches`, hashed over its own content."""
     hashcode = reconcile_hash(lease.instance.status for _, chosen in matches for lease in chosen)
     return encode_applications(fmt, matches, version=VIP_VERSION, hashcode=hashcode)
 

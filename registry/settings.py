@@ -38,6 +38,8 @@ class Settings:
     disable_delta: bool = False
     delta_retention: float = 3 * MINUTES
     delta_cleanup_interval: float = 30 * SECONDS
+    # Fetch documents are rebuilt on every change, and at the latest after this long
+    response_cache_max_age: float = 30 * SECONDS
     # HTTP
     max_body_bytes: int = 1024 * 1024
     access_log: bool = False
@@ -48,7 +50,12 @@ class Settings:
     def __post_init__(self) -> None:
         if not 0 < self.port < 65536:
             raise SettingsError(f"port: {self.port} is not a TCP port")
-        for key in ("eviction_interval", "delta_retention", "delta_cleanup_interval"):
+        for key in (
+            "eviction_interval",
+            "delta_retention",
+            "delta_cleanup_interval",
+            "response_cache_max_age",
+        ):
             if getattr(self, key) <= 0:
                 raise SettingsError(f"{key}: must be positive, not {getattr(self, key)}")
         if self.max_body_bytes < 1024:

@@ -66,7 +66,7 @@ def instance_from_wire(
         raise BadInput("ipAddr", "Missing ip address")
     if not app:
         raise BadInput("app", "Missing appName")
-    app = sys.intern(app.upper())
+    app = _shared(app.upper())
     if expected_app is not None and app != expected_app:
         raise BadInput("app", f"Mismatched appName, expecting {expected_app} but was {app}")
     if data_center is None:
@@ -108,7 +108,7 @@ def instance_from_wire(
         metadata=metadata,
         sid=_shared_text(d, "sid") or "na",
         country_id=_or(integer(d.get("countryId"), "countryId"), 1),
-        app_group_name=sys.intern(app_group.upper()) if app_group else None,
+        app_group_name=_shared(app_group.upper()) if app_group else None,
         home_page_url=text(d, "homePageUrl"),
         status_page_url=text(d, "statusPageUrl"),
         health_check_url=text(d, "healthCheckUrl"),
@@ -274,7 +274,7 @@ def _metadata(value: object, field: str) -> dict[str, str]:
         check_text(key, field)
         item_text = text(d, key, f"{field}.{key}")
         if item_text is not None:
-            result[sys.intern(key)] = _shared(item_text)
+            result[_shared(key)] = _shared(item_text)
     return result
 
 

@@ -88,9 +88,14 @@ async def _vip_payload(request: web.Request, *, secure: bool) -> web.Response:
     address = request.match_info["vip"]
     registry = request.app[REGISTRY]
     fmt = response_format(request)
+    found: list[tuple[str, list[Lease]]] = []
+
+    def build() -> bytes:
+        found.extend(payloads.vip_matches(registry, address, secure=secure))
+        return payloads.vip(found, fmt)
+
+    # A VIP no instance has is answered but not kept, so names clients make up cannot fill
+    # memory; the cache cannot tell them apart from real VIPs before building.
     return await cached_payload(
-        request,
-        (cache.VIP, secure, address),
-        fmt,
-        lambda: payloads.vip(registry, address, fmt, secure=secure),
+        request, (cache.VIP, secure, address), fmt, build, keep=lambda: bool(found)
     )

@@ -7,7 +7,7 @@ from typing import Any
 
 from aiohttp import hdrs, web
 
-from registry.appkeys import CACHE
+from registry.appkeys import CACHE, CLOCK
 from registry.cache import Key
 from registry.codec import Format, json_codec, xml_codec
 from registry.errors import BadInput, UnsupportedMediaType
@@ -24,11 +24,16 @@ def response_format(request: web.Request) -> Format:
 
 
 async def cached_payload(
-    request: web.Request, key: Key, fmt: Format, build: Callable[[], bytes]
+    request: web.Request,
+    key: Key,
+    fmt: Format,
+    build: Callable[[], bytes],
+    *,
+    keep: Callable[[], bool] | None = None,
 ) -> web.Response:
     """A cached document (built by `build` on a miss), with its cached gzip form when asked."""
     cache = request.app[CACHE]
-    body = cache.get((*key, fmt), build)
+    body = cache.get((*key, fmt), build, now=request.app[CLOCK].monotonic(), keep=keep)
     if "gzip" in request.headers.get(hdrs.ACCEPT_ENCODING, ""):
         compressed = await cache.gzipped((*key, fmt), body)
         return web.Response(body=compressed, content_type=fmt.content_type, headers=_GZIP)

@@ -25,7 +25,7 @@ def app_name(request: web.Request) -> str:
 
 def query_string(request: web.Request) -> str:
     """The raw query string: cheaper than building `request.query` for one or two values."""
-    return request.raw_path.partition("?")[2]
+    return request.raw_path.partition("?")[2].partition("#")[0]
 
 
 def query_value(query: str, name: str) -> str | None:

@@ -15,7 +15,7 @@ PREFIXES = ("/eureka", "/eureka/v2", "/eureka/v1")
 
 # path under the prefix -> {method: handler}. aiohttp tries the resources under one prefix in
 # this order, so the heartbeat's path comes first; `apps/delta` comes before `apps/{app}` so
-# the literal wins. App names are upper-cased by the handlers.
+# it wins for GET (case-sensitively, as in JAX-RS). App names are upper-cased by the handlers.
 ROUTES: dict[str, dict[str, Handler]] = {
     "/apps/{app}/{id}": {
         "PUT": client_api.renew,
@@ -23,7 +23,8 @@ ROUTES: dict[str, dict[str, Handler]] = {
         "GET": discovery_api.instance,
     },
     "/apps": {"GET": discovery_api.full_registry},
-    "/apps/delta": {"GET": discovery_api.delta},
+    # An application may be called DELTA: its registrations still reach register.
+    "/apps/{app:delta}": {"GET": discovery_api.delta, "POST": client_api.register},
     "/apps/{app}": {"POST": client_api.register, "GET": discovery_api.application},
     "/apps/{app}/{id}/status": {
         "PUT": admin_api.set_status_override,

@@ -31,7 +31,6 @@ class LoadGenerator:
     def __init__(self, *, connections: int, prefer_wrk: bool = True) -> None:
         self.connections = connections
         self.wrk = shutil.which("wrk") if prefer_wrk else None
-        self._scripts = Path(tempfile.mkdtemp(prefix="bench-lua-"))
 
     @property
     def name(self) -> str:
@@ -46,17 +45,18 @@ class LoadGenerator:
         return await self._run_python(base_url, seconds, spec)
 
     async def _run_wrk(self, base_url: str, workload: workloads.Workload, seconds: float) -> Result:
-        script = self._scripts / f"{workload.name}.lua"
-        script.write_text(workload.lua + workloads.LUA_REPORT)
-        output = await _output(
-            self.wrk or "wrk",
-            "-t1",
-            f"-c{self.connections}",
-            f"-d{max(1, round(seconds))}s",
-            "-s",
-            str(script),
-            base_url,
-        )
+        with tempfile.TemporaryDirectory(prefix="bench-lua-") as tmp:
+            script = Path(tmp) / f"{workload.name}.lua"
+            script.write_text(workload.lua + workloads.LUA_REPORT)
+            output = await _output(
+                self.wrk or "wrk",
+                "-t1",
+                f"-c{self.connections}",
+                f"-d{max(1, round(seconds))}s",
+                "-s",
+                str(script),
+                base_url,
+            )
         return _result(output)
 
     async def _run_python(self, base_url: str, seconds: float, spec: dict[str, object]) -> Result:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import statistics
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -174,11 +175,41 @@ async def throughput(plan: Plan) -> dict[str, Any]:
                         {"kind": "get", "path": "/eureka/apps/", "headers": headers},
                         {"kind": "get", "path": f"/payload/{name}", "headers": headers},
                     )
+                if "fetch" in plan.scenarios:
+                    results["full_fetch_after_a_change"] = await rebuild_after_change(plan, ours)
             if "churn" in plan.scenarios:
                 results["churn"] = await churn(plan, ours)
     if "delta" in plan.scenarios:
         results["delta_under_churn"] = await delta_under_churn(plan)
     return results
+
+
+async def rebuild_after_change(plan: Plan, server: processes.Server) -> dict[str, Any]:
+    """Milliseconds for a full fetch that must rebuild the document (a change came first).
+
+    The throughput figures above measure cached documents; this is what the first client
+    after each change waits for.
+    """
+    timings: dict[str, list[float]] = {"json": [], "xml": []}
+    async with aiohttp.ClientSession(auto_decompress=False) as session:
+        for round_ in range(max(3, plan.runs)):
+            for name in timings:
+                app, iid, ip = workloads.bench_instance(plan.instances + round_)
+                body = orjson.dumps(workloads.instance_body(app, iid, ip))
+                headers = {"Content-Type": "application/json"}
+                async with session.post(
+                    f"{server.url}/eureka/apps/{app}", data=body, headers=headers
+                ):
+                    pass
+                started = time.perf_counter()
+                async with session.get(
+                    f"{server.url}/eureka/apps/",
+                    headers=FETCH_VARIANTS[name],
+                    skip_auto_headers=["Accept-Encoding"],
+                ) as response:
+                    await response.read()
+                timings[name].append(1000 * (time.perf_counter() - started))
+    return {f"{name}_ms_median": round(statistics.median(t), 1) for name, t in timings.items()}
 
 
 async def churn(plan: Plan, server: processes.Server) -> dict[str, Any]:

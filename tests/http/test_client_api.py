@@ -33,6 +33,11 @@ class TestPaths:
         assert 404 == (await client.put("/eureka/apps/ORDERS/I-1")).status
         assert ["ORDERS"] == [name for name, _ in registry_of(client).applications()]
 
+    async def test_an_application_called_delta_can_register(self, client):
+        """apps/delta is the delta for GET, and still a registration path for POST."""
+        await register(client, "delta", "d-1")
+        assert ["DELTA"] == [name for name, _ in registry_of(client).applications()]
+
     async def test_ids_with_braces_are_reachable(self, client):
         """Any id a client registers can be renewed, read and cancelled through its path."""
         await register(client, iid="a{b}")

@@ -21,3 +21,9 @@ def test_query_value_matches_request_query(query: list[tuple[str, str]], name: s
     raw = "&".join(f"{quote(k)}={quote(v, safe='')}" for k, v in query)
     request = make_mocked_request("PUT", f"/x?{raw}" if raw else "/x")
     assert request.query.get(name) == query_value(query_string(request), name)
+
+
+def test_a_fragment_is_not_part_of_the_last_value() -> None:
+    """A stray #fragment ends the query, as it does for request.query."""
+    request = make_mocked_request("PUT", "/x?lastDirtyTimestamp=1000#f")
+    assert "1000" == query_value(query_string(request), "lastDirtyTimestamp")

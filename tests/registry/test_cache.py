@@ -7,6 +7,7 @@ import gzip
 
 import pytest
 
+from registry.appkeys import CACHE
 from registry.cache import APP, APPS, DELTA, VIP, ResponseCache
 from registry.core import Registry
 from tests.helpers import JSON, register
@@ -54,6 +55,22 @@ class TestInvalidate:
         assert [(APPS,)] == list(cache._bodies)
 
 
+class TestMaxAge:
+    def test_documents_are_rebuilt_after_max_age(self):
+        """Even without a change, a document older than max_age is built again."""
+        cache = ResponseCache(max_age=30)
+        builds = []
+        for now in (0.0, 29.0, 31.0):
+            cache.get((APPS,), lambda: builds.append(1) or b"x", now=now)
+        assert 2 == len(builds)
+
+    def test_keep_false_answers_without_storing(self):
+        """A document its caller says not to keep is returned but not cached."""
+        cache = ResponseCache()
+        assert b"x" == cache.get((VIP, False, "nobody"), lambda: b"x", keep=lambda: False)
+        assert 0 == len(cache)
+
+
 class TestGzip:
     async def test_concurrent_readers_compress_once(self, cache, monkeypatch):
         """Many clients asking at once share one compression."""
@@ -68,6 +85,16 @@ class TestGzip:
         assert 1 == len(calls)
         await cache.gzipped((APPS,), body)
         assert 1 == len(calls)
+
+    async def test_a_cancelled_reader_does_not_cancel_the_others(self, cache):
+        """One client going away leaves the shared compression to the rest."""
+        body = cache.get((APPS,), lambda: b"payload" * 1000)
+        leaving = asyncio.ensure_future(cache.gzipped((APPS,), body))
+        staying = asyncio.ensure_future(cache.gzipped((APPS,), body))
+        await asyncio.sleep(0)
+        leaving.cancel()
+        assert b"payload" * 1000 == gzip.decompress(await staying)
+        assert b"payload" * 1000 == gzip.decompress(await cache.gzipped((APPS,), body))
 
     async def test_stale_compression_is_not_kept(self, cache):
         """A compression that finishes after a change dropped its payload is not cached."""
@@ -99,6 +126,13 @@ class TestOverHttp:
         )
         assert "gzip" == response.headers["Content-Encoding"]
         assert plain == gzip.decompress(await response.read())
+
+    async def test_unknown_vips_are_answered_but_not_cached(self, client):
+        """Made-up VIP names get their empty answer and leave nothing behind."""
+        for n in range(20):
+            response = await client.get(f"/eureka/vips/made-up-{n}", headers=JSON)
+            assert [] == (await response.json())["applications"]["application"]
+        assert 0 == len(client.app[CACHE])
 
     async def test_vip_payload_follows_a_moved_instance(self, client):
         """Re-registering under another VIP updates both VIP answers."""

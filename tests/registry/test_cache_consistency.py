@@ -106,7 +106,7 @@ class CachedRegistry(RuleBasedStateMachine):
                 (cache.APPS, fmt): lambda f=fmt: payloads.full_registry(r, f),
                 (cache.DELTA, fmt): lambda f=fmt: payloads.delta(r, j, f, now_ms=self.now),
                 (cache.VIP, False, "blue", fmt): lambda f=fmt: payloads.vip(
-                    r, "blue", f, secure=False
+                    payloads.vip_matches(r, "blue", secure=False), f
                 ),
             }
             for name, _ in r.applications():
