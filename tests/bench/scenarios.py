@@ -113,11 +113,10 @@ async def side_by_side(
         await plan.load.run(ours.url, workload, 1, spec)
         await plan.load.run(theirs.url, ceiling_workload, 1, ceiling_spec)
     mine, ceiling = Series(), Series()
-    for _ in range(plan.runs):
-        for series, server, load, load_spec in (
-            (mine, ours, workload, spec),
-            (ceiling, theirs, ceiling_workload, ceiling_spec),
-        ):
+    sides = [(mine, ours, workload, spec), (ceiling, theirs, ceiling_workload, ceiling_spec)]
+    for run in range(plan.runs):
+        # Who goes first alternates, so drift within a run favours neither side.
+        for series, server, load, load_spec in sides if run % 2 == 0 else sides[::-1]:
             result, cpu = await measured(plan, server, load, load_spec)
             series.results.append(result)
             series.cpu_us_per_request.append(cpu)
