@@ -93,9 +93,6 @@ class ResponseCache:
         if in_flight is not None and in_flight[1] is task:
             del self._compressing[key]
 
-    def __contains__(self, key: Key) -> bool:
-        return key in self._bodies
-
     def invalidate(self, event: ChangeEvent) -> None:
         """Registry listener: drop every payload the change makes stale."""
         self._drop(self._shared)
