@@ -123,9 +123,9 @@ async def side_by_side(
     return compared(mine, ceiling)
 
 
-async def fetch_payloads(server: processes.Server, directory: Path) -> dict[str, int]:
-    """Save the registry's full-fetch answers as the ceiling's precomputed bytes."""
-    sizes = {}
+async def fetch_every_variant(server: processes.Server) -> dict[str, tuple[bytes, dict[str, str]]]:
+    """Each full-fetch variant's exact bytes, with the headers that describe them."""
+    answers = {}
     async with aiohttp.ClientSession(auto_decompress=False) as session:
         for name, headers in FETCH_VARIANTS.items():
             async with session.get(
@@ -139,9 +139,17 @@ async def fetch_payloads(server: processes.Server, directory: Path) -> dict[str,
                     for k in ("Content-Type", "Content-Encoding")
                     if k in response.headers
                 }
-            (directory / f"{name}.body").write_bytes(body)
-            (directory / f"{name}.json").write_bytes(orjson.dumps(kept))
-            sizes[name] = len(body)
+            answers[name] = (body, kept)
+    return answers
+
+
+async def fetch_payloads(server: processes.Server, directory: Path) -> dict[str, int]:
+    """Save the registry's full-fetch answers as the ceiling's precomputed bytes."""
+    sizes = {}
+    for name, (body, headers) in (await fetch_every_variant(server)).items():
+        (directory / f"{name}.body").write_bytes(body)
+        (directory / f"{name}.json").write_bytes(orjson.dumps(headers))
+        sizes[name] = len(body)
     return sizes
 
 
@@ -261,15 +269,7 @@ async def memory(plan: Plan) -> dict[str, Any]:
         base = server.rss_bytes()
         await processes.populate(server, n)
         registered = server.rss_bytes()
-        sizes = {}
-        async with aiohttp.ClientSession(auto_decompress=False) as session:
-            for name, headers in FETCH_VARIANTS.items():
-                async with session.get(
-                    f"{server.url}/eureka/apps/",
-                    headers=headers,
-                    skip_auto_headers=["Accept-Encoding"],
-                ) as response:
-                    sizes[name] = len(await response.read())
+        sizes = {name: len(body) for name, (body, _) in (await fetch_every_variant(server)).items()}
         fetched = server.rss_bytes()
     return {
         "instances": n,
