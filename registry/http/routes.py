@@ -57,9 +57,10 @@ def add_routes(app: web.Application) -> None:
 
 
 def _add(app: web.Application, path: str, methods: dict[str, Handler]) -> None:
+    """One resource: its handlers (GET answering HEAD too) and a JSON 405 for other methods."""
+    if "GET" in methods:
+        methods = {**methods, "HEAD": methods["GET"]}
     resource = app.router.add_resource(path)
     for method, handler in methods.items():
         resource.add_route(method, json_errors(handler))
-    if "GET" in methods:
-        resource.add_route("HEAD", json_errors(methods["GET"]))
-    resource.add_route("*", method_not_allowed([*methods, *(["HEAD"] if "GET" in methods else [])]))
+    resource.add_route("*", method_not_allowed(list(methods)))
