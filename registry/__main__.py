@@ -28,6 +28,11 @@ def new_event_loop() -> asyncio.AbstractEventLoop:
     return uvloop.new_event_loop()
 
 
+def loop_name(loop: asyncio.AbstractEventLoop) -> str:
+    """`uvloop` or `asyncio`: which implementation `loop` comes from."""
+    return type(loop).__module__.split(".")[0]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="service-registry", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -51,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
         host=settings.host,
         port=settings.port,
         config=str(config),
-        loop=type(loop).__module__.split(".")[0],
+        loop=loop_name(loop),
     )
     web.run_app(
         create_app(settings),

@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from registry.__main__ import loop_name, new_event_loop
 from tests.bench.load import LoadGenerator
 from tests.bench.scenarios import SCENARIOS, Plan, memory, throughput
 
@@ -99,12 +100,9 @@ def describe_machine(load: LoadGenerator) -> dict[str, Any]:
             if line.startswith("model name"):
                 cpu = line.split(":", 1)[1].strip()
                 break
-    try:
-        import uvloop  # noqa: F401
-
-        loop = "uvloop"
-    except ImportError:
-        loop = "asyncio"
+    probe = new_event_loop()  # the kind both servers will run on
+    loop = loop_name(probe)
+    probe.close()
     return {
         "cpu": cpu,
         "cpus": os.cpu_count(),

@@ -46,6 +46,19 @@ def registry(events: list[ChangeEvent]) -> Registry:
     return r
 
 
+def hand_over_override(registry: Registry, status: S) -> None:
+    """A peer's heartbeat with newer data and an override: stored, and answered 404."""
+    with pytest.raises(UnknownInstance):
+        registry.renew(
+            "ORDERS",
+            "i-1",
+            now_ms=T0 + 1,
+            last_dirty_ms=T0 + 5,
+            is_replication=True,
+            overridden_status=status,
+        )
+
+
 def status_of(registry: Registry, iid: str = "i-1", app: str = "ORDERS") -> S:
     return registry.get(app, iid, now_ms=T0).instance.status
 
@@ -157,16 +170,7 @@ class TestRenew:
     def test_override_applied_by_a_heartbeat_is_a_modified_change(self, registry, events):
         """A heartbeat that changes the status records MODIFIED, unlike Eureka."""
         registry.register(make(), now_ms=T0)
-        # A peer hands over an override with a newer heartbeat; the status is not yet changed.
-        with pytest.raises(UnknownInstance):
-            registry.renew(
-                "ORDERS",
-                "i-1",
-                now_ms=T0 + 1,
-                last_dirty_ms=T0 + 5,
-                is_replication=True,
-                overridden_status=S.OUT_OF_SERVICE,
-            )
+        hand_over_override(registry, S.OUT_OF_SERVICE)  # the status is not changed yet
         assert S.UP == status_of(registry)
         registry.renew("ORDERS", "i-1", now_ms=T0 + 2)
         assert S.OUT_OF_SERVICE == status_of(registry)
@@ -195,15 +199,7 @@ class TestRenew:
     def test_peer_with_newer_data_hands_over_its_override(self, registry):
         """A replicated heartbeat with newer data and an override stores the override, then 404."""
         registry.register(make(), now_ms=T0)
-        with pytest.raises(UnknownInstance):
-            registry.renew(
-                "ORDERS",
-                "i-1",
-                now_ms=T0 + 1,
-                last_dirty_ms=T0 + 5,
-                is_replication=True,
-                overridden_status=S.OUT_OF_SERVICE,
-            )
+        hand_over_override(registry, S.OUT_OF_SERVICE)
         assert {"i-1": S.OUT_OF_SERVICE} == dict(registry.overrides())
 
     def test_dirty_check_can_be_turned_off(self):
