@@ -29,17 +29,27 @@ VIP = "vip"
 GZIP_LEVEL = 6
 
 
+class _Entry:
+    """One cached payload: its bytes, when they were built, and their gzip form once made."""
+
+    __slots__ = ("body", "built_at", "gzipped")
+
+    def __init__(self, body: bytes, built_at: float) -> None:
+        self.body = body
+        self.built_at = built_at
+        self.gzipped: bytes | None = None
+
+
 class ResponseCache:
     def __init__(self, *, max_age: float | None = None) -> None:
         """`max_age` (seconds) bounds how old a document can be, change or not: heartbeats
         do not rebuild documents, so it also bounds the age of their lastRenewalTimestamps."""
         self._max_age = max_age
-        self._bodies: dict[Key, bytes] = {}
-        self._built_at: dict[Key, float] = {}
+        # One entry per key, so a cached read costs a single lookup.
+        self._entries: dict[Key, _Entry] = {}
         # Which keys a change can touch, so dropping them never scans the whole cache.
         self._shared: set[Key] = set()  # registry, delta and VIP payloads: every change
         self._by_app: dict[str, set[Key]] = {}  # per-application payloads: that app's changes
-        self._gzipped: dict[Key, bytes] = {}
         self._compressing: dict[Key, tuple[bytes, asyncio.Future[bytes]]] = {}
         self.hits = 0
         self.misses = 0
@@ -54,29 +64,32 @@ class ResponseCache:
     ) -> bytes:
         """The payload for `key`, built by `build` if it is not cached (or too old at `now`,
         in monotonic seconds). A fresh build is kept unless `keep` says otherwise."""
-        body = self._bodies.get(key)
-        expired = self._max_age is not None and now - self._built_at.get(key, now) > self._max_age
-        if body is not None and expired:
+        entry = self._entries.get(key)
+        if entry is not None:
+            if self._max_age is None or now - entry.built_at <= self._max_age:
+                self.hits += 1
+                return entry.body
             self._drop((key,))
-            body = None
-        if body is not None:
-            self.hits += 1
-            return body
         self.misses += 1
         body = build()
         if keep is None or keep():
-            self._bodies[key] = body
-            self._built_at[key] = now
+            self._entries[key] = _Entry(body, now)
             if key[0] == APP:
                 self._by_app.setdefault(str(key[1]), set()).add(key)
             else:
                 self._shared.add(key)
         return body
 
+    def compressed(self, key: Key, body: bytes) -> bytes | None:
+        """`body`'s gzip form if it is cached already: the common case, without awaiting."""
+        entry = self._entries.get(key)
+        return entry.gzipped if entry is not None and entry.body is body else None
+
     async def gzipped(self, key: Key, body: bytes) -> bytes:
         """`body` (the payload for `key`) gzip-compressed, compressed once and kept."""
-        if self._bodies.get(key) is body and key in self._gzipped:
-            return self._gzipped[key]
+        cached = self.compressed(key, body)
+        if cached is not None:
+            return cached
         in_flight = self._compressing.get(key)
         if in_flight is None or in_flight[0] is not body:
             task = asyncio.ensure_future(asyncio.to_thread(gzip.compress, body, GZIP_LEVEL))
@@ -84,8 +97,9 @@ class ResponseCache:
             in_flight = self._compressing[key] = (body, task)
         # Shielded: a waiting client that goes away must not cancel the others' compression.
         compressed = await asyncio.shield(in_flight[1])
-        if self._bodies.get(key) is body:  # still current: keep it for the next client
-            self._gzipped[key] = compressed
+        entry = self._entries.get(key)
+        if entry is not None and entry.body is body:  # still current: keep it for the next client
+            entry.gzipped = compressed
         return compressed
 
     def _forget(self, key: Key, task: asyncio.Future[bytes]) -> None:
@@ -107,9 +121,7 @@ class ResponseCache:
 
     def _drop(self, keys: Iterable[Key]) -> None:
         for key in keys:
-            if self._bodies.pop(key, None) is not None:
-                del self._built_at[key]
-                self._gzipped.pop(key, None)
+            self._entries.pop(key, None)
 
     def __len__(self) -> int:
-        return len(self._bodies)
+        return len(self._entries)

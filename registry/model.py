@@ -114,7 +114,7 @@ class Lease:
     service_up_ms: int = 0
     eviction_ms: int = 0
 
-    def renew(self, now_ms: int, *, legacy: bool = False) -> None:
+    def renew(self, now_ms: int, legacy: bool = False) -> None:
         """Record a heartbeat.
 
         Legacy mode stores now + duration, as Eureka does (contract 7): renewed leases then

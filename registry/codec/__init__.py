@@ -25,6 +25,10 @@ class Format(Enum):
     JSON = "application/json"
     XML = "application/xml"
 
+    # Members are singletons compared by identity; Enum's own __hash__ is Python code, run on
+    # every response-cache lookup (formats are part of its keys).
+    __hash__ = object.__hash__
+
     @property
     def content_type(self) -> str:
         return self.value

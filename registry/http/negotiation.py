@@ -32,10 +32,11 @@ async def cached_payload(
     keep: Callable[[], bool] | None = None,
 ) -> web.Response:
     """A cached document (built by `build` on a miss), with its cached gzip form when asked."""
-    cache = request.app[CACHE]
-    body = cache.get((*key, fmt), build, now=request.app[CLOCK].monotonic(), keep=keep)
+    state, full_key = request.app, (*key, fmt)
+    cache = state[CACHE]
+    body = cache.get(full_key, build, now=state[CLOCK].monotonic(), keep=keep)
     if "gzip" in request.headers.get(hdrs.ACCEPT_ENCODING, ""):
-        compressed = await cache.gzipped((*key, fmt), body)
+        compressed = cache.compressed(full_key, body) or await cache.gzipped(full_key, body)
         return web.Response(body=compressed, content_type=fmt.content_type, headers=_GZIP)
     return web.Response(body=body, content_type=fmt.content_type)
 

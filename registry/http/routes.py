@@ -8,34 +8,41 @@ import re
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
+from registry.appkeys import CLOCK, REGISTRY
 from registry.http import admin_api, client_api, discovery_api, server_info
 from registry.http.error_handling import json_errors, method_not_allowed, no_such_endpoint
 
 PREFIXES = ("/eureka", "/eureka/v2", "/eureka/v1")
 
-# path under the prefix -> {method: handler}. aiohttp tries the resources under one prefix in
-# this order, so the heartbeat's path comes first; `apps/delta` comes before `apps/{app}` so
-# it wins for GET (case-sensitively, as in JAX-RS). App names are upper-cased by the handlers.
-ROUTES: dict[str, dict[str, Handler]] = {
-    "/apps/{app}/{id}": {
-        "PUT": client_api.renew,
-        "DELETE": client_api.cancel,
-        "GET": discovery_api.instance,
-    },
-    "/apps": {"GET": discovery_api.full_registry},
-    # An application may be called DELTA: its registrations still reach register.
-    "/apps/{app:delta}": {"GET": discovery_api.delta, "POST": client_api.register},
-    "/apps/{app}": {"POST": client_api.register, "GET": discovery_api.application},
-    "/apps/{app}/{id}/status": {
-        "PUT": admin_api.set_status_override,
-        "DELETE": admin_api.delete_status_override,
-    },
-    "/apps/{app}/{id}/metadata": {"PUT": admin_api.update_metadata},
-    "/instances/{id}": {"GET": discovery_api.instance_by_id},
-    "/vips/{vip}": {"GET": discovery_api.vip},
-    "/svips/{vip}": {"GET": discovery_api.secure_vip},
-    "/status": {"GET": server_info.status},
-}
+
+def routes(app: web.Application) -> dict[str, dict[str, Handler]]:
+    """Path under the prefix -> {method: handler}.
+
+    aiohttp tries the resources under one prefix in this order, so the heartbeat's path comes
+    first; `apps/delta` comes before `apps/{app}` so it wins for GET (case-sensitively, as in
+    JAX-RS). App names are upper-cased by the handlers.
+    """
+    return {
+        "/apps/{app}/{id}": {
+            "PUT": client_api.heartbeat_handler(app[REGISTRY], app[CLOCK]),
+            "DELETE": client_api.cancel,
+            "GET": discovery_api.instance,
+        },
+        "/apps": {"GET": discovery_api.full_registry},
+        # An application may be called DELTA: its registrations still reach register.
+        "/apps/{app:delta}": {"GET": discovery_api.delta, "POST": client_api.register},
+        "/apps/{app}": {"POST": client_api.register, "GET": discovery_api.application},
+        "/apps/{app}/{id}/status": {
+            "PUT": admin_api.set_status_override,
+            "DELETE": admin_api.delete_status_override,
+        },
+        "/apps/{app}/{id}/metadata": {"PUT": admin_api.update_metadata},
+        "/instances/{id}": {"GET": discovery_api.instance_by_id},
+        "/vips/{vip}": {"GET": discovery_api.vip},
+        "/svips/{vip}": {"GET": discovery_api.secure_vip},
+        "/status": {"GET": server_info.status},
+    }
+
 
 # Netflix serves the override dump outside the versioned API.
 UNVERSIONED: dict[str, dict[str, Handler]] = {
@@ -44,8 +51,9 @@ UNVERSIONED: dict[str, dict[str, Handler]] = {
 
 
 def add_routes(app: web.Application) -> None:
+    table = routes(app)
     for prefix in PREFIXES:
-        for path, methods in ROUTES.items():
+        for path, methods in table.items():
             # aiohttp's default segment pattern refuses braces; ids may contain them.
             pattern = prefix + re.sub(r"\{(\w+)\}", r"{\1:[^/]+}", path)
             for variant in (pattern, pattern + "/"):

@@ -36,7 +36,7 @@ class TestInvalidate:
         for key in [(APPS,), (DELTA,), (APP, "ORDERS"), (APP, "PAYMENTS"), (VIP, False, "orders")]:
             cache.get(key, lambda: b"old")
         registry.register(make(app="ORDERS"), now_ms=T0)
-        assert [(APP, "PAYMENTS")] == list(cache._bodies)
+        assert [(APP, "PAYMENTS")] == list(cache._entries)
 
     def test_heartbeats_drop_nothing(self, cache):
         """A renewal is not a change: cached payloads stay."""
@@ -52,7 +52,7 @@ class TestInvalidate:
         cache.get((APPS,), lambda: b"a")
         cache.get((DELTA,), lambda: b"d")
         cache.drop_delta()
-        assert [(APPS,)] == list(cache._bodies)
+        assert [(APPS,)] == list(cache._entries)
 
 
 class TestMaxAge:

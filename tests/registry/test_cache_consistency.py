@@ -1,9 +1,10 @@
 """Stateful property: the cache never serves what a fresh build would not, and deltas add up.
 
-After any sequence of registrations, heartbeats, cancels, overrides, metadata updates, time
-passing and evictions: every cached payload equals a freshly built one (heartbeats do not
-rebuild payloads, so `lastRenewalTimestamp` is the one field allowed to lag), and a client that
-applies each delta to its copy computes the delta's own `apps__hashcode`.
+After any sequence of registrations, heartbeats (some with a differing lastDirtyTimestamp),
+cancels, overrides, metadata updates, time passing and evictions: every cached payload equals a
+freshly built one (heartbeats do not rebuild payloads, so `lastRenewalTimestamp` is the one field
+allowed to lag), a client that applies each delta to its copy computes the delta's own
+`apps__hashcode`.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from registry import cache, payloads
 from registry.cache import ResponseCache
 from registry.codec import Format
 from registry.core import Registry
-from registry.errors import UnknownInstance
+from registry.errors import StaleReplica, UnknownInstance
 from registry.hashcode import reconcile_hash
 from registry.journal import DeltaJournal
 from registry.model import InstanceStatus
@@ -59,10 +60,14 @@ class CachedRegistry(RuleBasedStateMachine):
         instance = make(iid, app=app, status=status, dirty=self.dirty, vip_address=vip)
         self.registry.register(instance, now_ms=self.now)
 
-    @rule(app=APPS, iid=IDS)
-    def renew(self, app: str, iid: str) -> None:
-        with contextlib.suppress(UnknownInstance):
-            self.registry.renew(app, iid, now_ms=self.now)
+    @rule(app=APPS, iid=IDS, dirty_offset=st.none() | st.integers(-1, 1), replication=st.booleans())
+    def renew(self, app: str, iid: str, dirty_offset: int | None, replication: bool) -> None:
+        """A heartbeat, sometimes with a lastDirtyTimestamp older or newer than ours."""
+        dirty = None if dirty_offset is None else self.dirty + dirty_offset
+        with contextlib.suppress(UnknownInstance, StaleReplica):
+            self.registry.renew(
+                app, iid, now_ms=self.now, is_replication=replication, last_dirty_ms=dirty
+            )
 
     @rule(app=APPS, iid=IDS)
     def cancel(self, app: str, iid: str) -> None:
