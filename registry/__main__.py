@@ -1,4 +1,7 @@
-"""`python -m registry serve [--config FILE] [--host H] [--port P]`"""
+"""`python -m registry serve [--config FILE] [--host H] [--port P] [--peers URL[,URL...]]`
+
+SIGHUP re-reads the same sources (file, environment, flags) and applies the peer list.
+"""
 
 from __future__ import annotations
 
@@ -40,11 +43,19 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--config", type=Path, help="a TOML settings file")
     serve.add_argument("--host", help="address to bind (default 127.0.0.1)")
     serve.add_argument("--port", type=int, help="port to listen on (default 8761)")
+    serve.add_argument(
+        "--peers", help="other nodes' base URLs, comma-separated (http://host:8761/eureka/)"
+    )
     args = parser.parse_args(argv)
 
     config = args.config or (DEFAULT_CONFIG if DEFAULT_CONFIG.exists() else None)
+    environ = dict(os.environ)
+
+    def load() -> Settings:
+        return Settings.load(config, environ, host=args.host, port=args.port, peers=args.peers)
+
     try:
-        settings = Settings.load(config, os.environ, host=args.host, port=args.port)
+        settings = load()
     except SettingsError as exc:
         print(f"service-registry: bad settings: {exc}", file=sys.stderr)
         return 2
@@ -56,10 +67,11 @@ def main(argv: list[str] | None = None) -> int:
         host=settings.host,
         port=settings.port,
         config=str(config),
+        peers=list(settings.peers),
         loop=loop_name(loop),
     )
     web.run_app(
-        create_app(settings),
+        create_app(settings, reload=load),
         host=settings.host,
         port=settings.port,
         access_log=logging.getLogger("aiohttp.access") if settings.access_log else None,

@@ -3,16 +3,22 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+import signal
+from collections.abc import AsyncIterator, Callable
 
 import structlog
 from aiohttp import web
 
-from registry.appkeys import CACHE, CLOCK, JOURNAL, REGISTRY, SETTINGS, STARTED_AT
+from peers.anti_entropy import anti_entropy_forever
+from peers.cluster import Cluster
+from peers.digest import DIGESTS, Digests
+from peers.sync import sync_at_start
+from registry.appkeys import CACHE, CLOCK, CLUSTER, JOURNAL, READS, REGISTRY, SETTINGS, STARTED_AT
 from registry.cache import ResponseCache
 from registry.clock import Clock, SystemClock
 from registry.core import Registry
 from registry.eviction import Evictor
+from registry.gate import ReadGate
 from registry.http import add_routes
 from registry.journal import DeltaJournal
 from registry.settings import Settings
@@ -23,7 +29,13 @@ __all__ = ["CACHE", "CLOCK", "JOURNAL", "REGISTRY", "SETTINGS", "create_app"]
 log = structlog.get_logger()
 
 
-def create_app(settings: Settings | None = None, *, clock: Clock | None = None) -> web.Application:
+Reload = Callable[[], Settings]
+
+
+def create_app(
+    settings: Settings | None = None, *, clock: Clock | None = None, reload: Reload | None = None
+) -> web.Application:
+    """The server. `reload`, when given, re-reads the settings on SIGHUP (peers take effect)."""
     settings = settings or Settings()
     clock = clock or SystemClock()
     app = web.Application(client_max_size=settings.max_body_bytes)
@@ -41,10 +53,69 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
     app[JOURNAL] = journal
     app[CACHE] = cache
     app[STARTED_AT] = clock.monotonic()
+    app[READS] = ReadGate()
+    app[CLUSTER] = Cluster(registry, clock, settings)
+    app[DIGESTS] = Digests(registry)
     add_routes(app)
     app.cleanup_ctx.append(_evictor)
     app.cleanup_ctx.append(_journal_cleaner)
+    app.cleanup_ctx.append(_peers(reload))
     return app
+
+
+def _peers(reload: Reload | None) -> Callable[[web.Application], AsyncIterator[None]]:
+    async def peers(app: web.Application) -> AsyncIterator[None]:
+        """Replication, start-up sync and anti-entropy; SIGHUP reloads the peer list."""
+        cluster, settings, clock = app[CLUSTER], app[SETTINGS], app[CLOCK]
+        registry, gate = app[REGISTRY], app[READS]
+        await cluster.start()
+        tasks = [
+            asyncio.create_task(
+                anti_entropy_forever(
+                    cluster.clients,
+                    registry,
+                    app[JOURNAL],
+                    app[DIGESTS],
+                    clock,
+                    gate,
+                    interval=settings.anti_entropy_interval,
+                ),
+                name="anti_entropy",
+            )
+        ]
+        if cluster.dispatchers:
+            gate.close("copying the registry from peers")
+            sync = sync_at_start(
+                cluster.clients,
+                registry,
+                clock,
+                gate,
+                budget=settings.peer_sync_budget,
+                empty_window=settings.peer_sync_empty_window,
+            )
+            tasks.append(asyncio.create_task(sync, name="peer_sync"))
+        if reload is not None:
+            asyncio.get_running_loop().add_signal_handler(
+                signal.SIGHUP, lambda: tasks.append(asyncio.create_task(_reload(cluster, reload)))
+            )
+        yield
+        if reload is not None:
+            asyncio.get_running_loop().remove_signal_handler(signal.SIGHUP)
+        for task in tasks:
+            await cancel_and_wait(task)
+        await cluster.aclose()
+
+    return peers
+
+
+async def _reload(cluster: Cluster, reload: Reload) -> None:
+    try:
+        settings = await asyncio.to_thread(reload)
+    except Exception as exc:  # a bad edit must not take the node down: keep the old list
+        log.error("settings_reload_failed", detail=str(exc))
+        return
+    cluster.set_peers(settings.peers)
+    log.info("settings_reloaded", peers=list(cluster.dispatchers))
 
 
 async def _evictor(app: web.Application) -> AsyncIterator[None]:

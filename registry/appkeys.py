@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from aiohttp import web
 
+from peers.cluster import Cluster
 from registry.cache import ResponseCache
 from registry.clock import Clock
 from registry.core import Registry
+from registry.gate import ReadGate
 from registry.journal import DeltaJournal
 from registry.settings import Settings
 
@@ -15,4 +17,6 @@ JOURNAL = web.AppKey("journal", DeltaJournal)
 CACHE = web.AppKey("cache", ResponseCache)
 CLOCK = web.AppKey("clock", Clock)
 SETTINGS = web.AppKey("settings", Settings)
+READS = web.AppKey("reads", ReadGate)
+CLUSTER = web.AppKey("cluster", Cluster)
 STARTED_AT = web.AppKey("started_at", float)  # monotonic seconds, for uptime

@@ -2,8 +2,12 @@
 
 Every command is a plain synchronous method that takes the time as an argument, so commands are
 atomic with respect to each other on the event loop and never await. Each change gets the next
-registry index and is handed, as a `ChangeEvent`, to the subscribers (delta journal, and later
-the response cache, store and replication), which never reach into the dictionaries here.
+registry index and is handed, as a `ChangeEvent`, to the subscribers (delta journal, response
+cache), which never reach into the dictionaries here.
+
+Commands that arrive from clients (not from peers) are also handed to the `outbox`, which
+replicates them. That is a separate hook because replication needs what events do not carry:
+heartbeats (which change no state anyone fetches) and admin calls that changed nothing here.
 """
 
 from __future__ import annotations
@@ -11,21 +15,43 @@ from __future__ import annotations
 import dataclasses
 import types
 from collections.abc import Callable, Collection, Iterator, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 import structlog
 
 from registry.errors import StaleReplica, UnknownInstance
 from registry.hashcode import reconcile_hash
-from registry.model import ActionType, ChangeEvent, InstanceInfo, InstanceStatus, Lease
+from registry.model import (
+    ActionType,
+    ChangeEvent,
+    InstanceInfo,
+    InstanceStatus,
+    Lease,
+    ReplicationAction,
+)
 from rules import CHAIN, first_match
 
 log = structlog.get_logger()
 
 Listener = Callable[[ChangeEvent], None]
 
+
+class Outbox(Protocol):
+    """Where client-originated commands go to reach the peers (`peers.Replicator`)."""
+
+    def __call__(
+        self,
+        action: ReplicationAction,
+        app: str,
+        instance_id: str,
+        status: InstanceStatus | None = None,
+        last_dirty_ms: int | None = None,
+    ) -> None: ...
+
+
 _UP = InstanceStatus.UP
 _UNKNOWN = InstanceStatus.UNKNOWN
+_A = ReplicationAction
 
 
 class Registry:
@@ -38,6 +64,7 @@ class Registry:
         self._legacy = legacy_lease_expiry
         self._sync_dirty = sync_when_timestamp_differs
         self.index = 0
+        self.outbox: Outbox | None = None
 
     def subscribe(self, listener: Listener) -> None:
         """Call `listener` with every change from now on, synchronously, in index order."""
@@ -46,9 +73,18 @@ class Registry:
     # Commands ----------------------------------------------------------------------------
 
     def register(
-        self, instance: InstanceInfo, *, now_ms: int, is_replication: bool = False
+        self,
+        instance: InstanceInfo,
+        *,
+        now_ms: int,
+        is_replication: bool = False,
+        last_renewal_ms: int | None = None,
     ) -> InstanceInfo:
-        """Register or re-register an instance with a fresh lease (contract 6.2)."""
+        """Register or re-register an instance with a fresh lease (contract 6.2).
+
+        `last_renewal_ms` backdates the lease, for a copy taken from a peer whose own lease is
+        older: an instance that died there must not get a full new life here.
+        """
         leases = self._apps.setdefault(instance.app, {})
         existing = leases.get(instance.instance_id)
         registrant = instance
@@ -84,7 +120,7 @@ class Registry:
             ),
             duration_ms=instance.duration_secs * 1000,  # asked for by this call, as in Eureka
             registration_ms=now_ms,
-            last_renewal_ms=now_ms,
+            last_renewal_ms=now_ms if last_renewal_ms is None else min(last_renewal_ms, now_ms),
             service_up_ms=existing.service_up_ms if existing is not None else 0,
         )
         if status is _UP and lease.service_up_ms == 0:
@@ -98,7 +134,27 @@ class Registry:
             replication=is_replication,
         )
         self._emit(ActionType.ADDED, lease, now_ms)
+        if self.outbox is not None and not is_replication:
+            self.outbox(_A.REGISTER, registrant.app, iid)
         return lease.instance
+
+    def adopt(self, instance: InstanceInfo, *, now_ms: int, last_renewal_ms: int) -> bool:
+        """Take a peer's copy of an instance as ours, override included (contract 11.4).
+
+        For copies the peer holds newer data for: its answer to our heartbeat (409), start-up
+        sync and anti-entropy. Applied as a replication, so it is not sent back out. A copy
+        older than ours (by lastDirtyTimestamp) is refused: returns False.
+        """
+        iid = instance.instance_id
+        existing = self._apps.get(instance.app, {}).get(iid)
+        if existing is not None and existing.instance.last_dirty_ms > instance.last_dirty_ms:
+            return False
+        if instance.overridden_status is _UNKNOWN:
+            self._overrides.pop(iid, None)
+        else:
+            self._overrides[iid] = instance.overridden_status
+        self.register(instance, now_ms=now_ms, is_replication=True, last_renewal_ms=last_renewal_ms)
+        return True
 
     def renew(
         self,
@@ -137,12 +193,18 @@ class Registry:
             and self._sync_dirty
         ):
             self._compare_dirty(lease, last_dirty_ms, is_replication, overridden_status, now_ms)
+        if self.outbox is not None and not is_replication:
+            self.outbox(_A.HEARTBEAT, app, instance_id)
 
-    def cancel(self, app: str, instance_id: str, *, now_ms: int) -> None:
+    def cancel(
+        self, app: str, instance_id: str, *, now_ms: int, is_replication: bool = False
+    ) -> None:
         """Deregister an instance (contract 6.4); its override goes with it."""
         self._overrides.pop(instance_id, None)
         self._remove(self._lease(app, instance_id), now_ms)
-        log.info("instance_cancelled", app=app, instance_id=instance_id)
+        log.info("instance_cancelled", app=app, instance_id=instance_id, replication=is_replication)
+        if self.outbox is not None and not is_replication:
+            self.outbox(_A.CANCEL, app, instance_id)
 
     def set_status_override(
         self,
@@ -152,15 +214,25 @@ class Registry:
         *,
         now_ms: int,
         last_dirty_ms: int | None = None,
+        is_replication: bool = False,
     ) -> None:
         """An admin forces a status (contract 6.5); it holds until deleted or cancelled.
 
         Unlike Eureka the override is stored even when the instance already has that status, so
-        the admin's decision survives the instance's own status changes.
+        the admin's decision survives the instance's own status changes. A repeated call is
+        replicated again, which lets an admin re-send a decision a peer may have missed.
         """
         lease = self._live_lease(app, instance_id, now_ms)
         lease.renew(now_ms, self._legacy)
+        self._set_override(lease, status, now_ms, last_dirty_ms)
+        if self.outbox is not None and not is_replication:
+            self.outbox(_A.STATUS_UPDATE, app, instance_id, status, lease.instance.last_dirty_ms)
+
+    def _set_override(
+        self, lease: Lease, status: InstanceStatus, now_ms: int, last_dirty_ms: int | None
+    ) -> None:
         instance = lease.instance
+        instance_id = instance.instance_id
         if self._overrides.get(instance_id) is status and instance.status is status:
             return
         self._overrides[instance_id] = status
@@ -173,7 +245,7 @@ class Registry:
             overridden_status=status,
             last_dirty_ms=max(instance.last_dirty_ms, last_dirty_ms or 0),
         )
-        log.info("override_set", app=app, instance_id=instance_id, status=status.value)
+        log.info("override_set", app=instance.app, instance_id=instance_id, status=status.value)
 
     def delete_status_override(
         self,
@@ -183,6 +255,7 @@ class Registry:
         now_ms: int,
         status: InstanceStatus = _UNKNOWN,
         last_dirty_ms: int | None = None,
+        is_replication: bool = False,
     ) -> None:
         """Remove an admin override (contract 6.6), leaving `status` behind it.
 
@@ -191,16 +264,19 @@ class Registry:
         """
         lease = self._live_lease(app, instance_id, now_ms)
         lease.renew(now_ms, self._legacy)
-        if self._overrides.pop(instance_id, None) is None:
-            return
-        self._change(
-            lease,
-            now_ms,
-            status=status,
-            overridden_status=_UNKNOWN,
-            last_dirty_ms=max(lease.instance.last_dirty_ms, last_dirty_ms or 0),
-        )
-        log.info("override_deleted", app=app, instance_id=instance_id, status=status.value)
+        if self._overrides.pop(instance_id, None) is not None:
+            self._change(
+                lease,
+                now_ms,
+                status=status,
+                overridden_status=_UNKNOWN,
+                last_dirty_ms=max(lease.instance.last_dirty_ms, last_dirty_ms or 0),
+            )
+            log.info("override_deleted", app=app, instance_id=instance_id, status=status.value)
+        if self.outbox is not None and not is_replication:
+            self.outbox(
+                _A.DELETE_STATUS_OVERRIDE, app, instance_id, status, lease.instance.last_dirty_ms
+            )
 
     def update_metadata(
         self, app: str, instance_id: str, entries: Mapping[str, str], *, now_ms: int

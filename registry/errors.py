@@ -6,6 +6,7 @@ RegistryError               500  a bug: never raised on purpose for bad input
 ├── UnknownInstance         404  no such lease (or it expired, or must re-register)
 ├── UnknownApplication      404  no instance of that application
 ├── NotServed               403  a read this node does not serve now (delta disabled)
+│   └── NotSynced           403  ... because it has not copied the registry from its peers yet
 └── StaleReplica            409  a peer holds older data than ours; it gets our copy
 """
 
@@ -45,6 +46,10 @@ class UnknownApplication(RegistryError):
 
 
 class NotServed(RegistryError):
+    pass
+
+
+class NotSynced(NotServed):
     pass
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections import deque
 
-from registry.model import ChangeEvent, LeaseSnapshot
+from registry.model import ActionType, ChangeEvent, LeaseSnapshot
 
 
 class DeltaJournal:
@@ -44,6 +44,15 @@ class DeltaJournal:
         for (app, _), snapshot in latest.items():
             grouped.setdefault(app, []).append(snapshot)
         return list(grouped.items())
+
+    def deleted(self, app: str) -> dict[str, int]:
+        """Instance id -> when it was last removed, for the instances of `app` removed within
+        the window (so anti-entropy does not bring back what was just cancelled here)."""
+        return {
+            event.lease.instance.instance_id: event.at_ms
+            for event in self._events
+            if event.action is ActionType.DELETED and event.lease.instance.app == app
+        }
 
     def __len__(self) -> int:
         return len(self._events)

@@ -26,6 +26,7 @@ __all__ = [
     "LeaseRecord",
     "LeaseSnapshot",
     "PortInfo",
+    "ReplicationAction",
 ]
 
 AMAZON_CLASS = "com.netflix.appinfo.AmazonInfo"
@@ -38,6 +39,16 @@ class ActionType(StrEnum):
     ADDED = "ADDED"
     MODIFIED = "MODIFIED"
     DELETED = "DELETED"
+
+
+class ReplicationAction(StrEnum):
+    """A change a node sends its peers, named as in the batch wire format (contract 11.4)."""
+
+    REGISTER = "Register"
+    HEARTBEAT = "Heartbeat"
+    CANCEL = "Cancel"
+    STATUS_UPDATE = "StatusUpdate"
+    DELETE_STATUS_OVERRIDE = "DeleteStatusOverride"
 
 
 @dataclass(slots=True, frozen=True)

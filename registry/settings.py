@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 SECONDS = 1.0
 MINUTES = 60 * SECONDS
@@ -40,6 +41,19 @@ class Settings:
     delta_cleanup_interval: float = 30 * SECONDS
     # Fetch documents are rebuilt on every change, and at the latest after this long
     response_cache_max_age: float = 30 * SECONDS
+    # Peers: other nodes' base URLs (http://10.0.0.2:8761/eureka/); this node skips itself
+    peers: tuple[str, ...] = ()
+    my_url: str = ""  # this node's own URL, when peers name it in a way it cannot recognise
+    replication_batch_size: int = 250
+    replication_batch_delay: float = 0.5 * SECONDS  # how long a heartbeat waits to coalesce
+    replication_change_delay: float = 0.02 * SECONDS  # how long any other change waits
+    replication_max_pending: int = 10_000  # per peer; heartbeats are dropped first
+    replication_max_backoff: float = 30 * SECONDS
+    peer_connect_timeout: float = 1 * SECONDS
+    peer_read_timeout: float = 5 * SECONDS
+    peer_sync_budget: float = 30 * SECONDS  # start-up copy from peers: total time for attempts
+    peer_sync_empty_window: float = 5 * MINUTES  # reads answer 403 at most this long
+    anti_entropy_interval: float = 30 * SECONDS
     # HTTP
     max_body_bytes: int = 1024 * 1024
     access_log: bool = False
@@ -55,9 +69,24 @@ class Settings:
             "delta_retention",
             "delta_cleanup_interval",
             "response_cache_max_age",
+            "replication_batch_delay",
+            "replication_change_delay",
+            "replication_max_backoff",
+            "peer_connect_timeout",
+            "peer_read_timeout",
+            "peer_sync_budget",
+            "peer_sync_empty_window",
+            "anti_entropy_interval",
         ):
             if getattr(self, key) <= 0:
                 raise SettingsError(f"{key}: must be positive, not {getattr(self, key)}")
+        for key in ("replication_batch_size", "replication_max_pending"):
+            if getattr(self, key) < 1:
+                raise SettingsError(f"{key}: must be at least 1, not {getattr(self, key)}")
+        for url in (*self.peers, *([self.my_url] if self.my_url else [])):
+            problem = peer_url_problem(url)
+            if problem:
+                raise SettingsError(f"peers: {url!r} {problem}")
         if self.max_body_bytes < 1024:
             raise SettingsError(f"max_body_bytes: {self.max_body_bytes} is too small")
         if self.log_format not in LOG_FORMATS:
@@ -113,6 +142,8 @@ def _from_text(key: str, raw: str) -> Any:
     kind = _field_types().get(key)
     if kind is None:
         raise SettingsError(f"{key}: unknown setting ({ENV_PREFIX}{key.upper()})")
+    if key == "peers":
+        return raw
     if kind is bool:
         lowered = raw.strip().lower()
         if lowered not in ("true", "false", "1", "0", "yes", "no"):
@@ -121,7 +152,25 @@ def _from_text(key: str, raw: str) -> Any:
     return raw
 
 
+def peer_url_problem(url: str) -> str | None:
+    """Why `url` cannot be a peer's base URL, or None when it can."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https"):
+        return "is not an http:// or https:// URL"
+    if not parts.hostname:
+        return "names no host"
+    try:
+        parts.port  # noqa: B018 - raises on a port out of range
+    except ValueError:
+        return "has an invalid port"
+    if parts.query or parts.fragment:
+        return "must not carry a query or fragment"
+    return None
+
+
 def _coerce(key: str, value: Any, kind: type) -> Any:
+    if key == "peers":
+        return _url_list(key, value)
     if isinstance(value, kind) and not (kind is int and isinstance(value, bool)):
         return value
     try:
@@ -132,3 +181,15 @@ def _coerce(key: str, value: Any, kind: type) -> Any:
     except ValueError:
         pass
     raise SettingsError(f"{key}: {value!r} is not a valid {kind.__name__}")
+
+
+def _url_list(key: str, value: Any) -> tuple[str, ...]:
+    """A list of URLs from TOML, or comma-separated from the environment or command line.
+
+    Each gets a trailing slash, so `{url}apps/` is always the right path.
+    """
+    items = value.split(",") if isinstance(value, str) else value
+    if not isinstance(items, list | tuple) or not all(isinstance(u, str) for u in items):
+        raise SettingsError(f"{key}: {value!r} is not a list of URLs")
+    urls = (u.strip() for u in items)
+    return tuple(dict.fromkeys(u if u.endswith("/") else u + "/" for u in urls if u))

@@ -30,3 +30,17 @@ async def cancel_and_wait(task: asyncio.Task[None]) -> None:
     task.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await task
+
+
+async def wait_set(clock: Clock, event: asyncio.Event, timeout: float) -> bool:
+    """Wait until `event` is set or `timeout` seconds pass on `clock`; whether it was set."""
+    if event.is_set():
+        return True
+    waiter = asyncio.ensure_future(event.wait())
+    sleeper = asyncio.ensure_future(clock.sleep(timeout))
+    try:
+        await asyncio.wait((waiter, sleeper), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        waiter.cancel()
+        sleeper.cancel()
+    return event.is_set()

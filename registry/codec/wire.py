@@ -17,6 +17,8 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
+from multidict import istr
+
 from registry.errors import BadInput
 from registry.model import (
     AMAZON_CLASS,
@@ -27,6 +29,9 @@ from registry.model import (
     PortInfo,
 )
 
+# Marks a call as replication from a peer. An istr spares the case-insensitive header lookup
+# from folding the name on every request.
+REPLICATION_HEADER = istr("x-netflix-discovery-replication")
 DATA_CENTER_NAMES = ("Netflix", "Amazon", "MyOwn")
 DATA_CENTER_CLASSES = (
     DEFAULT_DATA_CENTER_CLASS,

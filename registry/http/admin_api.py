@@ -21,6 +21,7 @@ async def set_status_override(request: web.Request) -> web.Response:
         status,
         now_ms=request.app[CLOCK].wall_ms(),
         last_dirty_ms=params.last_dirty_ms(params.query_string(request)),
+        is_replication=params.is_replication(request),
     )
     return web.Response()
 
@@ -34,6 +35,7 @@ async def delete_status_override(request: web.Request) -> web.Response:
         now_ms=request.app[CLOCK].wall_ms(),
         status=status,
         last_dirty_ms=params.last_dirty_ms(params.query_string(request)),
+        is_replication=params.is_replication(request),
     )
     return web.Response()
 

@@ -63,6 +63,9 @@ def heartbeat_handler(registry: Registry, clock: Clock) -> Handler:
 async def cancel(request: web.Request) -> web.Response:
     """DELETE apps/{app}/{id}: the instance leaves."""
     request.app[REGISTRY].cancel(
-        params.app_name(request), request.match_info["id"], now_ms=request.app[CLOCK].wall_ms()
+        params.app_name(request),
+        request.match_info["id"],
+        now_ms=request.app[CLOCK].wall_ms(),
+        is_replication=params.is_replication(request),
     )
     return web.Response()

@@ -8,7 +8,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from registry import cache, payloads
-from registry.appkeys import CACHE, CLOCK, JOURNAL, REGISTRY, SETTINGS
+from registry.appkeys import CACHE, CLOCK, JOURNAL, READS, REGISTRY, SETTINGS
 from registry.codec import encode_instance
 from registry.errors import NotServed, UnknownApplication
 from registry.http import params
@@ -18,6 +18,7 @@ from registry.model import Lease
 
 async def full_registry(request: web.Request) -> web.Response:
     """GET apps"""
+    request.app[READS].check()
     registry = request.app[REGISTRY]
     fmt = response_format(request)
     return await cached_payload(
@@ -27,6 +28,7 @@ async def full_registry(request: web.Request) -> web.Response:
 
 async def delta(request: web.Request) -> web.Response:
     """GET apps/delta"""
+    request.app[READS].check()
     if request.app[SETTINGS].disable_delta:
         raise NotServed("deltas are disabled on this server; fetch apps/ instead")
     registry, journal, clock = request.app[REGISTRY], request.app[JOURNAL], request.app[CLOCK]
@@ -43,6 +45,7 @@ async def delta(request: web.Request) -> web.Response:
 
 async def application(request: web.Request) -> web.Response:
     """GET apps/{app}"""
+    request.app[READS].check()
     name = params.app_name(request)
     registry = request.app[REGISTRY]
     if not registry.application(name):
@@ -85,6 +88,7 @@ def _instance_payload(request: web.Request, lease: Lease) -> web.Response:
 
 
 async def _vip_payload(request: web.Request, *, secure: bool) -> web.Response:
+    request.app[READS].check()
     address = request.match_info["vip"]
     registry = request.app[REGISTRY]
     fmt = response_format(request)

@@ -5,14 +5,12 @@ from __future__ import annotations
 from urllib.parse import unquote_plus
 
 from aiohttp import web
-from multidict import istr
 
 from registry.codec import wire
+from registry.codec.wire import REPLICATION_HEADER
 from registry.errors import BadInput
 from registry.model import InstanceStatus
 
-# An istr spares the case-insensitive header lookup from folding the name on every request.
-REPLICATION_HEADER = istr("x-netflix-discovery-replication")
 _LAST_DIRTY = "lastDirtyTimestamp="
 
 

@@ -8,6 +8,7 @@ import re
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
+from peers import batch_handler, digest
 from registry.appkeys import CLOCK, REGISTRY
 from registry.http import admin_api, client_api, discovery_api, server_info
 from registry.http.error_handling import json_errors, method_not_allowed, no_such_endpoint
@@ -41,6 +42,8 @@ def routes(app: web.Application) -> dict[str, dict[str, Handler]]:
         "/vips/{vip}": {"GET": discovery_api.vip},
         "/svips/{vip}": {"GET": discovery_api.secure_vip},
         "/status": {"GET": server_info.status},
+        "/peerreplication/batch": {"POST": batch_handler.batch},
+        "/peerreplication/digest": {"GET": digest.digests},
     }
 
 

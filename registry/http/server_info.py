@@ -5,11 +5,12 @@ from __future__ import annotations
 import asyncio
 import os
 from typing import Any
+from xml.sax.saxutils import escape as xml_escape
 
 import orjson
 from aiohttp import web
 
-from registry.appkeys import CLOCK, REGISTRY, STARTED_AT
+from registry.appkeys import CLOCK, CLUSTER, READS, REGISTRY, STARTED_AT
 from registry.codec import Format
 from registry.codec.xml_codec import escape_name
 from registry.http.negotiation import payload, response_format
@@ -21,7 +22,10 @@ async def status(request: web.Request) -> web.Response:
     total, used = await asyncio.to_thread(_memory)
     registry = request.app[REGISTRY]
     uptime = request.app[CLOCK].monotonic() - request.app[STARTED_AT]
-    info: dict[str, dict[str, str]] = {
+    peers = request.app[CLUSTER].status()
+    reachable = [p["url"] for p in peers if p["reachable"]]
+    reads = request.app[READS]
+    info: dict[str, Any] = {
         "generalStats": {
             "environment": "default",
             "num-of-cpus": str(os.cpu_count() or 1),
@@ -30,13 +34,18 @@ async def status(request: web.Request) -> web.Response:
             "server-uptime": _uptime(uptime),
             "registry-size": str(len(registry)),
             "registry-index": str(registry.index),
+            "serving-reads": "true" if reads.is_open else "false",
+            "reads-reason": reads.reason,
         },
-        # Replication is not configured on this node: no replicas to report.
+        # Eureka's replica lists (contract 11.6); "available" means answering replication.
         "applicationStats": {
-            "registered-replicas": "",
-            "available-replicas": "",
-            "unavailable-replicas": "",
+            "registered-replicas": ", ".join(p["url"] for p in peers),
+            "available-replicas": "".join(f"{url}," for url in reachable),
+            "unavailable-replicas": "".join(
+                f"{p['url']}," for p in peers if p["url"] not in reachable
+            ),
         },
+        "peers": peers,
     }
     fmt = response_format(request)
     body = orjson.dumps(info) if fmt is Format.JSON else _xml(info)
@@ -62,11 +71,20 @@ def _memory() -> tuple[int, int]:
     return total, used
 
 
-def _xml(info: dict[str, dict[str, str]]) -> bytes:
-    parts: list[Any] = ["<status>"]
-    for section, values in info.items():
-        parts.append(f"<{section}>")
-        parts.extend(f"<{escape_name(k)}>{v}</{escape_name(k)}>" for k, v in values.items())
-        parts.append(f"</{section}>")
-    parts.append("</status>")
-    return "".join(parts).encode()
+def _xml(info: dict[str, Any]) -> bytes:
+    return ("<status>" + _xml_fields(info) + "</status>").encode()
+
+
+def _xml_fields(values: dict[str, Any]) -> str:
+    parts = []
+    for key, value in values.items():
+        if isinstance(value, list):  # a list of peers: one <peer> element each
+            inner = "".join(f"<peer>{_xml_fields(v)}</peer>" for v in value)
+        elif isinstance(value, dict):
+            inner = _xml_fields(value)
+        elif isinstance(value, bool):
+            inner = "true" if value else "false"
+        else:
+            inner = xml_escape("" if value is None else str(value))
+        parts.append(f"<{escape_name(key)}>{inner}</{escape_name(key)}>")
+    return "".join(parts)

@@ -1,0 +1,75 @@
+"""Anti-entropy: peers compare per-application digests and repair differences by pulling.
+
+Every `anti_entropy_interval` this node asks each peer for its digests and fetches the
+applications whose digest differs from ours, adopting what the peer holds newer (see
+`peers.merge`). Each side pulls, so a lost batch or a healed partition converges within one
+interval, without waiting for heartbeats. Nothing is deleted here: instances only we hold
+either reach the peer when it pulls from us, or expire where nobody renews them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+
+import structlog
+
+from peers import merge
+from peers.client import PeerClient, PeerError, PeerSyncing
+from peers.digest import Digests
+from registry.clock import Clock
+from registry.core import Registry
+from registry.gate import ReadGate
+from registry.journal import DeltaJournal
+
+log = structlog.get_logger()
+
+
+async def reconcile(
+    client: PeerClient, registry: Registry, journal: DeltaJournal, digests: Digests, clock: Clock
+) -> int:
+    """One round with one peer; how many instances were adopted from it."""
+    theirs = (await client.fetch_digest()).get("applications")
+    if not isinstance(theirs, Mapping):
+        raise PeerError(f"{client.url}: the digest answer has no applications")
+    ours = digests.current()
+    adopted = 0
+    for app, digest in theirs.items():
+        if not isinstance(app, str) or ours.get(app) == digest:
+            continue
+        document = await client.fetch_application(app)
+        if document is not None:
+            adopted += await merge.merge(
+                registry,
+                merge.applications(document),
+                now_ms=clock.wall_ms(),
+                deleted={app: journal.deleted(app)},
+            )
+    return adopted
+
+
+async def anti_entropy_forever(
+    peers: Callable[[], Sequence[PeerClient]],
+    registry: Registry,
+    journal: DeltaJournal,
+    digests: Digests,
+    clock: Clock,
+    gate: ReadGate,
+    *,
+    interval: float,
+) -> None:
+    while True:
+        await clock.sleep(interval)
+        for client in peers():
+            try:
+                adopted = await reconcile(client, registry, journal, digests, clock)
+            except PeerSyncing:
+                continue
+            except PeerError as exc:
+                log.debug("anti_entropy_skipped", peer=client.url, detail=str(exc))
+                continue
+            except Exception:
+                log.exception("anti_entropy_failed", peer=client.url)
+                continue
+            gate.open(f"anti-entropy reached {client.url}")
+            if adopted:
+                log.info("anti_entropy_repaired", peer=client.url, instances=adopted)

@@ -1,0 +1,114 @@
+"""POST peerreplication/batch: a peer's changes, applied item by item (contract 11.4).
+
+Every item is a replication, so nothing here is sent on to other peers (one hop). Each item
+gets its own answer in the same order, and a bad item never stops the rest of the batch:
+
+    200  applied
+    404  no such instance (a heartbeat's sender then sends the full registration)
+    409  our copy is newer; `responseEntity` carries it, for the sender to adopt
+    400  the item is malformed (Eureka would answer 200 or 500); `error` and `detail` say why
+
+A body that is not a replication batch at all is a 400 for the whole request.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import orjson
+import structlog
+from aiohttp import web
+
+from registry import errors
+from registry.appkeys import CLOCK, REGISTRY
+from registry.codec import instance_from_wire, json_codec, wire
+from registry.core import Registry
+from registry.http.error_handling import status_for
+from registry.http.negotiation import read_document
+from registry.model import InstanceStatus, ReplicationAction
+
+log = structlog.get_logger()
+
+_A = ReplicationAction
+_ACTIONS = {action.value: action for action in ReplicationAction}
+
+
+async def batch(request: web.Request) -> web.Response:
+    items = await read_document(request, root="replicationList")
+    if not isinstance(items, list):
+        raise errors.BadInput("replicationList", 'the body must be {"replicationList": [...]}')
+    registry, now_ms = request.app[REGISTRY], request.app[CLOCK].wall_ms()
+    answers = [answer(registry, item, now_ms) for item in items]
+    return web.Response(
+        body=orjson.dumps({"responseList": answers}), content_type="application/json"
+    )
+
+
+def answer(registry: Registry, item: object, now_ms: int) -> dict[str, Any]:
+    """Apply one item; its entry in `responseList`."""
+    try:
+        apply(registry, item, now_ms)
+    except errors.StaleReplica as stale:
+        return {"statusCode": 409, "responseEntity": json_codec.instance_dict(stale.lease)}
+    except errors.RegistryError as exc:
+        code = status_for(exc)
+        if code == 500:
+            log.exception("replication_item_failed", item=_describe(item))
+        elif code == 400:
+            log.warning("replication_item_refused", item=_describe(item), detail=str(exc))
+        return {"statusCode": code, "error": exc.code, "detail": str(exc)}
+    except Exception:
+        log.exception("replication_item_failed", item=_describe(item))
+        return {"statusCode": 500, "error": "internal_error", "detail": "see the server log"}
+    return {"statusCode": 200}
+
+
+def apply(registry: Registry, item: object, now_ms: int) -> None:
+    """Run the command one item describes, as a replication; raises what the command raises."""
+    if not isinstance(item, Mapping):
+        raise errors.BadInput("replicationList[]", "each item must be an object")
+    action = _ACTIONS.get(item.get("action"))  # type: ignore[arg-type]
+    if action is None:
+        raise errors.BadInput("action", f"must be one of {sorted(_ACTIONS)}")
+    app = _required_text(item, "appName").upper()
+    iid = _required_text(item, "id")
+    last_dirty_ms = wire.timestamp(item.get("lastDirtyTimestamp"), "lastDirtyTimestamp")
+    if action is _A.REGISTER:
+        info = item.get("instanceInfo")
+        if info is None:
+            raise errors.BadInput("instanceInfo", "a Register item must carry the instance")
+        instance = instance_from_wire(info, now_ms=now_ms, expected_app=app)
+        registry.register(instance, now_ms=now_ms, is_replication=True)
+    elif action is _A.HEARTBEAT:
+        overridden = wire.status(
+            item.get("overriddenStatus"), "overriddenStatus", default=InstanceStatus.UNKNOWN
+        )
+        registry.renew(app, iid, now_ms, True, last_dirty_ms, overridden)
+    elif action is _A.CANCEL:
+        registry.cancel(app, iid, now_ms=now_ms, is_replication=True)
+    elif action is _A.STATUS_UPDATE:
+        status = wire.status(item.get("status"), "status", default=InstanceStatus.UNKNOWN)
+        if status is InstanceStatus.UNKNOWN:
+            raise errors.BadInput("status", "a StatusUpdate item must name a status")
+        registry.set_status_override(
+            app, iid, status, now_ms=now_ms, last_dirty_ms=last_dirty_ms, is_replication=True
+        )
+    else:
+        status = wire.status(item.get("status"), "status", default=InstanceStatus.UNKNOWN)
+        registry.delete_status_override(
+            app, iid, now_ms=now_ms, status=status, last_dirty_ms=last_dirty_ms, is_replication=True
+        )
+
+
+def _required_text(item: Mapping[str, Any], key: str) -> str:
+    value = wire.text(item, key)
+    if not value:
+        raise errors.BadInput(key, "missing")
+    return value
+
+
+def _describe(item: object) -> str:
+    """A short rendering of an item for the log: enough to find it, never a whole body."""
+    text = orjson.dumps(item, default=repr).decode() if item is not None else "null"
+    return text if len(text) <= 200 else text[:200] + "..."

@@ -1,0 +1,125 @@
+"""HTTP to one peer: the batch, start-up sync and anti-entropy calls.
+
+Every request carries the replication header (set on the node's one ClientSession), so the
+peer applies what we send as a replication and answers our reads even before it serves clients
+(contract 11.5). Failures come back as one of the exceptions below, which say what to do next.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import aiohttp
+import orjson
+from aiohttp import hdrs
+
+from registry.codec.wire import REPLICATION_HEADER
+
+USER_AGENT = "service-registry-replication"
+
+
+class PeerError(Exception):
+    """A call to a peer did not give an answer we can use."""
+
+
+class PeerUnavailable(PeerError):
+    """Worth retrying: a network error, a timeout or a 503 (`congested`: back off longer)."""
+
+    def __init__(self, detail: str, *, congested: bool) -> None:
+        super().__init__(detail)
+        self.congested = congested
+
+
+class PeerRefused(PeerError):
+    """The peer answered, and retrying the same request would get the same answer."""
+
+
+class PeerSyncing(PeerError):
+    """The peer is itself still copying the registry from its own peers."""
+
+
+def new_session(*, connect_timeout: float, read_timeout: float) -> aiohttp.ClientSession:
+    """The node's one session for all its peers (call inside the running loop)."""
+    return aiohttp.ClientSession(
+        timeout=aiohttp.ClientTimeout(
+            total=None,
+            connect=connect_timeout,
+            sock_connect=connect_timeout,
+            sock_read=read_timeout,
+        ),
+        connector=aiohttp.TCPConnector(limit=100, limit_per_host=8, keepalive_timeout=30),
+        headers={
+            REPLICATION_HEADER: "true",
+            hdrs.ACCEPT: "application/json",
+            hdrs.USER_AGENT: USER_AGENT,
+        },
+        raise_for_status=False,
+    )
+
+
+class PeerClient:
+    def __init__(self, session: aiohttp.ClientSession, url: str) -> None:
+        self.url = url  # the base URL, ending in a slash: http://10.0.0.2:8761/eureka/
+        self._session = session
+
+    async def send_batch(self, items: list[dict[str, Any]]) -> list[Any]:
+        """POST the items; the peer's `responseList`, one answer per item."""
+        document = await self._call(
+            "POST",
+            "peerreplication/batch/",
+            data=orjson.dumps({"replicationList": items}),
+            headers={hdrs.CONTENT_TYPE: "application/json"},
+        )
+        answers = document.get("responseList") if isinstance(document, dict) else None
+        if not isinstance(answers, list):
+            raise PeerRefused(f"{self.url}: the batch answer has no responseList")
+        return answers
+
+    async def fetch_registry(self) -> dict[str, Any]:
+        """GET apps/: the peer's whole registry."""
+        return _object(await self._call("GET", "apps/"), self.url)
+
+    async def fetch_application(self, app: str) -> dict[str, Any] | None:
+        """GET apps/{app}: one application, or None when the peer has no instance of it."""
+        try:
+            return _object(await self._call("GET", f"apps/{app}"), self.url)
+        except _NotFound:
+            return None
+
+    async def fetch_digest(self) -> dict[str, Any]:
+        """GET peerreplication/digest: the peer's per-application digests."""
+        return _object(await self._call("GET", "peerreplication/digest"), self.url)
+
+    async def _call(self, method: str, path: str, **kwargs: Any) -> Any:
+        try:
+            async with self._session.request(
+                method, self.url + path, headers=kwargs.pop("headers", None), **kwargs
+            ) as response:
+                body = await response.read()
+                status = response.status
+        except TimeoutError as exc:
+            raise PeerUnavailable(f"{self.url}: timed out ({exc!r})", congested=True) from None
+        except aiohttp.ClientError as exc:
+            raise PeerUnavailable(f"{self.url}: {exc}", congested=False) from None
+        if status == 200:
+            try:
+                return orjson.loads(body)
+            except orjson.JSONDecodeError:
+                raise PeerRefused(f"{self.url}{path}: the answer is not JSON") from None
+        if status == 503:
+            raise PeerUnavailable(f"{self.url}: 503 (busy)", congested=True)
+        if status == 404:
+            raise _NotFound(path)
+        if status == 403 and b'"not_synced"' in body:
+            raise PeerSyncing(f"{self.url}: still syncing from its peers")
+        raise PeerRefused(f"{self.url}{path}: {status} {body[:200].decode(errors='replace')}")
+
+
+class _NotFound(PeerRefused):
+    pass
+
+
+def _object(document: Any, url: str) -> dict[str, Any]:
+    if not isinstance(document, dict):
+        raise PeerRefused(f"{url}: expected a JSON object")
+    return document

@@ -1,0 +1,142 @@
+"""This node's peers: a dispatcher for each, the outbox the registry hands its changes to, and
+the list itself, which a reload can change while the node runs.
+
+A node skips its own URL in the list (contract 11.1): the one `my_url` names, or one whose
+port is ours and whose host is one of this machine's names or addresses.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import Iterable
+from typing import Any
+from urllib.parse import urlsplit
+
+import aiohttp
+import structlog
+
+from peers.client import PeerClient, new_session
+from peers.dispatcher import Dispatcher
+from peers.pending import Task
+from registry.clock import Clock
+from registry.core import Registry
+from registry.model import InstanceStatus, ReplicationAction
+from registry.settings import Settings
+
+log = structlog.get_logger()
+
+DRAIN_TIMEOUT = 3.0  # seconds a stopping node spends sending what its peers are owed
+
+
+class Cluster:
+    def __init__(self, registry: Registry, clock: Clock, settings: Settings) -> None:
+        self.dispatchers: dict[str, Dispatcher] = {}
+        self._registry = registry
+        self._clock = clock
+        self._settings = settings
+        self._runs: dict[str, asyncio.Task[None]] = {}
+        self._session: aiohttp.ClientSession | None = None
+        self._local_names: frozenset[str] = frozenset()
+        self._fanout: tuple[Dispatcher, ...] = ()
+
+    async def start(self) -> None:
+        self._session = new_session(
+            connect_timeout=self._settings.peer_connect_timeout,
+            read_timeout=self._settings.peer_read_timeout,
+        )
+        self._local_names = await asyncio.to_thread(local_names, self._settings.host)
+        self.set_peers(self._settings.peers)
+
+    def set_peers(self, urls: Iterable[str]) -> None:
+        """Replicate to these peers from now on (our own URL among them is skipped)."""
+        assert self._session is not None, "start() first"
+        wanted = [url for url in urls if not self.is_self(url)]
+        for url in list(self.dispatchers):
+            if url not in wanted:
+                self._runs.pop(url).cancel()
+                del self.dispatchers[url]
+                log.info("peer_removed", peer=url)
+        for url in wanted:
+            if url not in self.dispatchers:
+                dispatcher = Dispatcher(
+                    PeerClient(self._session, url), self._registry, self._clock, self._settings
+                )
+                self.dispatchers[url] = dispatcher
+                self._runs[url] = asyncio.create_task(dispatcher.run(), name=f"replicate {url}")
+                log.info("peer_added", peer=url)
+        self._fanout = tuple(self.dispatchers.values())
+        self._registry.outbox = self if self._fanout else None
+
+    def clients(self) -> list[PeerClient]:
+        return [dispatcher.peer for dispatcher in self.dispatchers.values()]
+
+    def is_self(self, url: str) -> bool:
+        mine = self._settings.my_url
+        if mine and url.rstrip("/") == mine.rstrip("/"):
+            return True
+        parts = urlsplit(url)
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        return port == self._settings.port and (parts.hostname or "") in self._local_names
+
+    def __call__(
+        self,
+        action: ReplicationAction,
+        app: str,
+        instance_id: str,
+        status: InstanceStatus | None = None,
+        last_dirty_ms: int | None = None,
+    ) -> None:
+        """The registry's outbox: queue one client-originated change for every peer."""
+        task = Task(action, app, instance_id, self._clock.monotonic(), status, last_dirty_ms)
+        for dispatcher in self._fanout:
+            dispatcher.enqueue(task)
+
+    def status(self) -> list[dict[str, Any]]:
+        """Each peer's health, for `GET status`."""
+        return [
+            {
+                "url": url,
+                "reachable": d.stats.reachable,
+                "lastSuccessTimestamp": d.stats.last_success_ms,
+                "lastError": d.stats.last_error,
+                "queueDepth": len(d.pending),
+                "lagMs": round(d.lag() * 1000),
+                "sent": d.stats.sent,
+                "retried": d.stats.retried,
+                "dropped": d.pending.dropped,
+                "droppedHeartbeats": d.pending.dropped_heartbeats,
+                "coalesced": d.pending.coalesced,
+                "failed": d.stats.failed,
+                "reregistered": d.stats.reregistered,
+                "adopted": d.stats.adopted,
+                "batches": d.stats.batches,
+                "lastBatchMs": round(d.stats.last_batch_ms, 1),
+            }
+            for url, d in self.dispatchers.items()
+        ]
+
+    async def aclose(self) -> None:
+        """Send what is owed (bounded in time), then stop every dispatcher and the session."""
+        await asyncio.gather(*(d.drain(DRAIN_TIMEOUT) for d in self.dispatchers.values()))
+        for run in self._runs.values():
+            run.cancel()
+        await asyncio.gather(*self._runs.values(), return_exceptions=True)
+        self._runs.clear()
+        self._registry.outbox = None
+        if self._session is not None:
+            await self._session.close()
+
+
+def local_names(host: str) -> frozenset[str]:
+    """Names and addresses that reach this machine (blocking: resolves its own name)."""
+    names = {"localhost", "127.0.0.1", "::1", socket.gethostname()}
+    if host not in ("", "0.0.0.0", "::"):
+        names.add(host)
+    try:
+        names.add(socket.getfqdn())
+        for *_, address in socket.getaddrinfo(socket.gethostname(), None):
+            names.add(str(address[0]))
+    except OSError:
+        pass  # a machine that cannot resolve its own name: the names above still work
+    return frozenset(names)

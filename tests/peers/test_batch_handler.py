@@ -1,0 +1,115 @@
+"""POST peerreplication/batch: each item answered on its own (contract 11.4)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+import pytest
+from aiohttp.test_utils import TestClient
+
+from registry.model import InstanceStatus
+from tests.helpers import fetch_json, instance_doc, register, registry_of
+
+BATCH = "/eureka/peerreplication/batch/"
+JSON_BODY = {"Content-Type": "application/json", "Accept": "application/json"}
+
+
+async def post_batch(client: TestClient, items: list[Any]) -> list[dict[str, Any]]:
+    response = await client.post(
+        BATCH, data=orjson.dumps({"replicationList": items}), headers=JSON_BODY
+    )
+    assert 200 == response.status, await response.text()
+    answers: list[dict[str, Any]] = (await response.json())["responseList"]
+    return answers
+
+
+def item(action: str, iid: str = "i-1", **fields: Any) -> dict[str, Any]:
+    return {"appName": "ORDERS", "id": iid, **fields, "action": action}
+
+
+class TestItems:
+    async def test_every_action_applies(self, client: TestClient):
+        """Register, heartbeat, override set and delete, and cancel, in one batch."""
+        doc = instance_doc(iid="i-1", lastDirtyTimestamp=1735689000000)
+        answers = await post_batch(
+            client,
+            [
+                item("Register", lastDirtyTimestamp=1735689000000, status="UP", instanceInfo=doc),
+                item("Heartbeat", lastDirtyTimestamp=1735689000000, status="UP"),
+                item("StatusUpdate", lastDirtyTimestamp=1735689000000, status="OUT_OF_SERVICE"),
+            ],
+        )
+        assert [200, 200, 200] == [a["statusCode"] for a in answers]
+        instance = (await fetch_json(client, "/eureka/apps/ORDERS/i-1"))["instance"]
+        assert ("OUT_OF_SERVICE", "OUT_OF_SERVICE") == (
+            instance["status"],
+            instance["overriddenStatus"],
+        )
+        answers = await post_batch(
+            client,
+            [
+                item("DeleteStatusOverride", lastDirtyTimestamp=1735689000000, status="UP"),
+                item("Cancel"),
+                item("Cancel"),
+            ],
+        )
+        assert [200, 200, 404] == [a["statusCode"] for a in answers]
+        assert 0 == len(registry_of(client))
+
+    async def test_a_stale_heartbeat_gets_our_newer_copy(self, client: TestClient):
+        """A peer's heartbeat with an older lastDirtyTimestamp is answered 409 with ours."""
+        await register(client, lastDirtyTimestamp="1735689005000")
+        [answer] = await post_batch(client, [item("Heartbeat", lastDirtyTimestamp=1735689000000)])
+        assert 409 == answer["statusCode"]
+        assert ("i-1", "1735689005000") == (
+            answer["responseEntity"]["instanceId"],
+            answer["responseEntity"]["lastDirtyTimestamp"],
+        )
+
+    async def test_a_heartbeat_for_an_unknown_instance_is_404(self, client: TestClient):
+        """The sender follows a 404 with the full registration."""
+        [answer] = await post_batch(client, [item("Heartbeat", lastDirtyTimestamp=1)])
+        assert 404 == answer["statusCode"]
+
+    async def test_bad_items_are_refused_alone(self, client: TestClient):
+        """Malformed items get a 400 each, with the reason; the good ones still apply."""
+        good = item("Register", instanceInfo=instance_doc(iid="ok"), iid="ok")
+        answers = await post_batch(
+            client,
+            [
+                "not an object",
+                item("Explode"),
+                {"id": "i-1", "action": "Cancel"},
+                item("Register"),
+                item("Register", instanceInfo=instance_doc(iid="bad", ipAddr=None)),
+                item("Heartbeat", lastDirtyTimestamp="yesterday"),
+                item("StatusUpdate", status="SIDEWAYS"),
+                good,
+            ],
+        )
+        assert [400, 400, 400, 400, 400, 400, 400, 200] == [a["statusCode"] for a in answers]
+        assert "appName" in answers[2]["detail"]
+        assert ["ok"] == [lease.instance.instance_id for lease in registry_of(client).leases()]
+
+    async def test_items_are_applied_as_replication(self, client: TestClient):
+        """A replicated registration does not count as the instance's own client call."""
+        doc = instance_doc(iid="i-1", status="DOWN", overriddenStatus="OUT_OF_SERVICE")
+        await post_batch(client, [item("Register", instanceInfo=doc)])
+        assert {"i-1": InstanceStatus.OUT_OF_SERVICE} == dict(registry_of(client).overrides())
+
+
+class TestBody:
+    @pytest.mark.parametrize(
+        "body",
+        [b"not json", b'{"replicationList": {"a": 1}}', b"[1, 2", b'{"other": []}'],
+    )
+    async def test_a_body_that_is_no_batch_is_400(self, client: TestClient, body: bytes):
+        """A request that is not a replication batch at all is refused as a whole."""
+        response = await client.post(BATCH, data=body, headers=JSON_BODY)
+        assert 400 == response.status
+        assert "error" in await response.json()
+
+    async def test_an_empty_batch_is_answered_empty(self, client: TestClient):
+        """Nothing to apply, nothing to answer."""
+        assert [] == await post_batch(client, [])

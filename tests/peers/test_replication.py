@@ -1,0 +1,215 @@
+"""Replication between two real apps on loopback, on one fake clock: what is sent, when, and
+what the sender does with the peer's answers (contract 11.2-11.4)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import aiohttp
+import orjson
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestClient, TestServer
+
+from peers.cluster import Cluster
+from peers.dispatcher import Dispatcher
+from registry import FakeClock, Settings, create_app
+from registry.appkeys import CLUSTER, READS, REGISTRY
+from registry.core import Registry
+from registry.model import InstanceStatus
+from tests.bench.processes import free_port
+from tests.helpers import instance_doc, register
+
+AiohttpServer = Callable[[web.Application], Awaitable[TestServer]]
+AiohttpClient = Callable[[web.Application], Awaitable[TestClient]]
+REPLICATION = {"x-netflix-discovery-replication": "true"}
+
+
+async def eventually(check: Callable[[], bool], *, timeout: float = 5.0) -> None:
+    """Wait for real network round trips (not for time to pass on the registry's clock)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not check():
+        assert loop.time() < deadline, "condition not reached in time"
+        await asyncio.sleep(0.01)
+
+
+@pytest.fixture
+async def peer(aiohttp_server: AiohttpServer, clock: FakeClock) -> TestServer:
+    """Node B: a real app with no peers of its own."""
+    return await aiohttp_server(create_app(Settings(), clock=clock))
+
+
+@pytest.fixture
+async def node(aiohttp_client: AiohttpClient, peer: TestServer, clock: FakeClock) -> TestClient:
+    """Node A, which replicates to B."""
+    settings = Settings(peers=(str(peer.make_url("/eureka/")),))
+    client = await aiohttp_client(create_app(settings, clock=clock))
+    await eventually(lambda: client.app[READS].is_open)  # type: ignore[index]
+    return client
+
+
+def dispatcher(node: TestClient) -> Dispatcher:
+    cluster: Cluster = node.app[CLUSTER]  # type: ignore[index]
+    [only] = cluster.dispatchers.values()
+    return only
+
+
+def registry(server: TestServer | TestClient) -> Registry:
+    return server.app[REGISTRY]  # type: ignore[index]
+
+
+def has(server: TestServer, iid: str) -> bool:
+    return any(lease.instance.instance_id == iid for lease in registry(server).leases())
+
+
+async def replicated(node: TestClient, clock: FakeClock) -> None:
+    """Move time in small steps until A owes B nothing (each batch needs real round trips)."""
+    d = dispatcher(node)
+    for _ in range(200):
+        await clock.advance(0.1)
+        if d.idle:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"still pending: {len(d.pending)}")
+
+
+class TestPropagation:
+    async def test_client_changes_reach_the_peer(
+        self, node: TestClient, peer: TestServer, clock: FakeClock
+    ):
+        """Register, override, delete override and cancel on A are applied on B."""
+        await register(node)
+        await replicated(node, clock)
+        assert has(peer, "i-1")
+        await node.put("/eureka/apps/ORDERS/i-1/status?value=OUT_OF_SERVICE")
+        await replicated(node, clock)
+        assert {"i-1": InstanceStatus.OUT_OF_SERVICE} == dict(registry(peer).overrides())
+        await node.delete("/eureka/apps/ORDERS/i-1/status?value=UP")
+        await replicated(node, clock)
+        assert {} == dict(registry(peer).overrides())
+        assert (
+            InstanceStatus.UP
+            is registry(peer).get("ORDERS", "i-1", now_ms=clock.wall_ms()).instance.status
+        )
+        await node.delete("/eureka/apps/ORDERS/i-1")
+        await replicated(node, clock)
+        assert not has(peer, "i-1")
+
+    async def test_changes_do_not_wait_for_the_heartbeat_delay(
+        self, node: TestClient, peer: TestServer, clock: FakeClock
+    ):
+        """A registration leaves after the short change delay, not the 0.5 s batch delay."""
+        await register(node)
+        await clock.advance(0.05)
+        await eventually(lambda: has(peer, "i-1"))
+
+    async def test_a_thousand_heartbeats_become_one_item(
+        self, node: TestClient, peer: TestServer, clock: FakeClock
+    ):
+        """Heartbeats of one instance within one batch window are sent as one item."""
+        await register(node)
+        await replicated(node, clock)
+        sent = dispatcher(node).stats.sent
+        for _ in range(1000):
+            assert 200 == (await node.put("/eureka/apps/ORDERS/i-1")).status
+        assert 1 == len(dispatcher(node).pending)
+        await replicated(node, clock)
+        assert (1, 999) == (dispatcher(node).stats.sent - sent, dispatcher(node).pending.coalesced)
+
+    async def test_replicated_calls_are_not_sent_on(self, node: TestClient, clock: FakeClock):
+        """One hop: what A receives as replication, A does not forward."""
+        body = orjson.dumps({"instance": instance_doc()})
+        headers = {"Content-Type": "application/json", **REPLICATION}
+        assert 204 == (await node.post("/eureka/apps/ORDERS", data=body, headers=headers)).status
+        assert 200 == (await node.put("/eureka/apps/ORDERS/i-1", headers=REPLICATION)).status
+        status = "/eureka/apps/ORDERS/i-1/status?value=DOWN"
+        assert 200 == (await node.put(status, headers=REPLICATION)).status
+        assert 200 == (await node.delete("/eureka/apps/ORDERS/i-1", headers=REPLICATION)).status
+        assert 0 == len(dispatcher(node).pending)
+
+
+class TestConflicts:
+    async def test_a_heartbeat_the_peer_does_not_know_is_followed_by_the_registration(
+        self, node: TestClient, peer: TestServer, clock: FakeClock
+    ):
+        """B answers 404 to the heartbeat; A sends B the full registration."""
+        body = orjson.dumps({"instance": instance_doc()})
+        headers = {"Content-Type": "application/json", **REPLICATION}
+        await node.post("/eureka/apps/ORDERS", data=body, headers=headers)  # not replicated
+        await node.put("/eureka/apps/ORDERS/i-1")
+        await replicated(node, clock)
+        await replicated(node, clock)
+        assert (1, True) == (dispatcher(node).stats.reregistered, has(peer, "i-1"))
+
+    async def test_the_peers_newer_copy_is_adopted(
+        self, node: TestClient, peer: TestServer, clock: FakeClock
+    ):
+        """B answers 409 with its newer copy (and its override); A takes both."""
+        headers = {"Content-Type": "application/json", **REPLICATION}
+        ours = instance_doc(lastDirtyTimestamp="1735689000000")
+        theirs = instance_doc(
+            lastDirtyTimestamp="1735689009000",
+            status="OUT_OF_SERVICE",
+            overriddenStatus="OUT_OF_SERVICE",
+            metadata={"version": "2"},
+        )
+        await node.post(
+            "/eureka/apps/ORDERS", data=orjson.dumps({"instance": ours}), headers=headers
+        )
+        async with aiohttp.ClientSession() as session:
+            await session.post(
+                peer.make_url("/eureka/apps/ORDERS"),
+                data=orjson.dumps({"instance": theirs}),
+                headers=headers,
+            )
+        await node.put("/eureka/apps/ORDERS/i-1")
+        await replicated(node, clock)
+        lease = registry(node).get("ORDERS", "i-1", now_ms=clock.wall_ms())
+        assert (1735689009000, InstanceStatus.OUT_OF_SERVICE, {"version": "2"}) == (
+            lease.instance.last_dirty_ms,
+            lease.instance.overridden_status,
+            dict(lease.instance.metadata),
+        )
+        assert 1 == dispatcher(node).stats.adopted
+
+
+class TestUnreachablePeer:
+    @pytest.fixture
+    async def lonely(self, aiohttp_client: AiohttpClient, clock: FakeClock) -> TestClient:
+        """A node whose only peer does not listen."""
+        settings = Settings(
+            peers=(f"http://127.0.0.1:{free_port()}/eureka/",),
+            replication_max_pending=5,
+            peer_sync_budget=1,
+            peer_sync_empty_window=60,
+        )
+        return await aiohttp_client(create_app(settings, clock=clock))
+
+    async def test_reads_wait_for_a_peer_then_open(self, lonely: TestClient, clock: FakeClock):
+        """Fetches are 403 with the reason until the empty-sync window ends; writes never wait."""
+        await register(lonely)
+        await clock.advance(2)
+        response = await lonely.get("/eureka/apps/", headers={"Accept": "application/json"})
+        body: dict[str, Any] = await response.json()
+        assert (403, "not_synced") == (response.status, body["error"])
+        assert "no peer could be copied" in body["detail"]
+        await clock.advance(60)
+        assert 200 == (await lonely.get("/eureka/apps/")).status
+
+    async def test_the_queue_stays_bounded_and_counts_drops(
+        self, lonely: TestClient, clock: FakeClock
+    ):
+        """While the peer is down, changes are retried, heartbeats dropped first, all counted."""
+        for n in range(8):
+            await register(lonely, iid=f"i-{n}")
+        for n in range(8):
+            await lonely.put(f"/eureka/apps/ORDERS/i-{n}")
+        d = dispatcher(lonely)
+        await clock.advance(1)
+        await eventually(lambda: d.stats.reachable is False)
+        assert 5 >= len(d.pending)
+        assert 0 < d.pending.dropped
+        assert 0 < d.stats.retried
