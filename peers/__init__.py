@@ -1,0 +1,7 @@
+"""Peer replication (contract 11): what a node sends its peers, and what it takes from them.
+
+`cluster` holds the peer list and fans client-originated changes out to one `dispatcher` per
+peer, which queues them (`pending`), encodes them when sent (`items`) and talks HTTP (`client`).
+`batch_handler` applies what peers send; `sync` copies a peer's registry at start-up and
+`anti_entropy` repairs differences found by comparing `digest`s, both through `merge`.
+"""

@@ -213,3 +213,30 @@ class TestUnreachablePeer:
         assert 5 >= len(d.pending)
         assert 0 < d.pending.dropped
         assert 0 < d.stats.retried
+
+
+class TestAntiEntropy:
+    async def test_what_replication_missed_is_pulled(
+        self, node: TestClient, peer: TestServer, clock: FakeClock
+    ):
+        """An instance only B holds (no batch ever carried it) reaches A within one interval."""
+        async with aiohttp.ClientSession() as session:
+            response = await session.post(
+                peer.make_url("/eureka/apps/ORDERS"),
+                data=orjson.dumps({"instance": instance_doc(iid="only-on-b")}),
+                headers={"Content-Type": "application/json"},
+            )
+            assert 204 == response.status
+            digests = await (
+                await session.get(peer.make_url("/eureka/peerreplication/digest"))
+            ).json()
+        assert ["ORDERS"] == list(digests["applications"])
+        assert not any(
+            lease.instance.instance_id == "only-on-b" for lease in registry(node).leases()
+        )
+        await clock.advance(30)
+        await eventually(
+            lambda: any(
+                lease.instance.instance_id == "only-on-b" for lease in registry(node).leases()
+            )
+        )
