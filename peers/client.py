@@ -1,8 +1,9 @@
 """HTTP to one peer: the batch, start-up sync and anti-entropy calls.
 
 Every request carries the replication header (set on the node's one ClientSession), so the
-peer applies what we send as a replication and answers our reads even before it serves clients
-(contract 11.5). Failures come back as one of the exceptions below, which say what to do next.
+peer applies what we send as a replication. A peer that has not copied its own peers yet
+answers our reads 403 `not_synced` (PeerSyncing): it is starting too. Failures come back as one
+of the exceptions below, which say what to do next.
 """
 
 from __future__ import annotations

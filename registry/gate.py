@@ -25,10 +25,11 @@ class ReadGate:
         self.reason = reason
 
     def open(self, reason: str) -> None:
+        """Serve reads from now on; the first reason given is the one kept."""
         if not self.is_open:
             log.info("reads_opened", reason=reason)
-        self.is_open = True
-        self.reason = reason
+            self.is_open = True
+            self.reason = reason
 
     def check(self) -> None:
         """Raise NotSynced (403) while reads are not served."""

@@ -1,0 +1,442 @@
+"""Peer replication between real `python -m registry serve` processes on loopback (contract 11).
+
+Each node is started with every node's URL in `--peers` (it skips its own) and short timings
+through `REGISTRY_*` variables. Propagation is awaited by polling a condition until a
+deadline, never by sleeping a fixed time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import socket
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import aiohttp
+import orjson
+import pytest
+
+from tests.helpers import JSON, instance_doc
+
+pytestmark = pytest.mark.slow
+
+T = TypeVar("T")
+
+ROOT = Path(__file__).resolve().parents[2]
+READY_TIMEOUT = 20.0
+POLL = 0.05
+REPLICATION = {"x-netflix-discovery-replication": "true"}
+# Short timings, so that every step of a test takes a second or two at most.
+TIMINGS = {
+    "replication_batch_delay": 0.05,
+    "replication_max_backoff": 1,
+    "anti_entropy_interval": 1,
+    "peer_sync_budget": 5,
+    "peer_sync_empty_window": 10,
+}
+
+
+def free_ports(count: int) -> list[int]:
+    """`count` distinct loopback ports nothing listens on now."""
+    ports: list[int] = []
+    while len(ports) < count:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+        if port not in ports:
+            ports.append(port)
+    return ports
+
+
+def base_url(port: int) -> str:
+    return f"http://127.0.0.1:{port}/eureka/"
+
+
+async def eventually(
+    probe: Callable[[], Awaitable[T]],
+    accept: Callable[[T], object] = bool,
+    *,
+    timeout: float = 10.0,
+) -> T:
+    """Call `probe` until `accept` holds for what it returns; that value, or AssertionError."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        value = await probe()
+        if accept(value):
+            return value
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"not true within {timeout} s; last value: {value!r}")
+        await asyncio.sleep(POLL)
+
+
+class Node:
+    """One server process, which can be killed and started again on the same port."""
+
+    def __init__(
+        self,
+        session: aiohttp.ClientSession,
+        port: int,
+        peers: list[int] | None,
+        config: Path | None,
+        settings: dict[str, object],
+    ) -> None:
+        self.port = port
+        self.url = base_url(port)
+        self.peers = peers
+        self.config = config
+        self.settings = settings
+        self.process: asyncio.subprocess.Process | None = None
+        self.stderr = bytearray()
+        self._session = session
+        self._drain: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        """Start the process; returns once it answers `GET status` (or fails, with its log)."""
+        env = {k: v for k, v in os.environ.items() if not k.startswith("REGISTRY_")}
+        env |= {"REGISTRY_LOG_LEVEL": "warning", "REGISTRY_LOG_FORMAT": "json"}
+        env |= {f"REGISTRY_{k.upper()}": str(v) for k, v in {**TIMINGS, **self.settings}.items()}
+        args = ["serve", "--port", str(self.port)]
+        if self.peers is not None:
+            args += ["--peers", ",".join(base_url(p) for p in self.peers)]
+        if self.config is not None:
+            args += ["--config", str(self.config)]
+        self.process = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "registry",
+            *args,
+            cwd=ROOT,
+            env=env,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        self._drain = asyncio.create_task(self._read_stderr(self.process))
+        await self._wait_ready()
+
+    async def kill(self) -> None:
+        """SIGKILL: no drain, no goodbye to the peers."""
+        if self.process is not None and self.process.returncode is None:
+            self.process.kill()
+            await self.process.wait()
+        if self._drain is not None:
+            await self._drain
+            self._drain = None
+
+    def signal(self, sig: int) -> None:
+        assert self.process is not None
+        self.process.send_signal(sig)
+
+    async def _read_stderr(self, process: asyncio.subprocess.Process) -> None:
+        assert process.stderr is not None
+        while chunk := await process.stderr.read(65536):
+            self.stderr += chunk
+
+    async def _wait_ready(self) -> None:
+        assert self.process is not None
+        deadline = asyncio.get_running_loop().time() + READY_TIMEOUT
+        while True:
+            with contextlib.suppress(aiohttp.ClientError, TimeoutError):
+                async with self._session.get(self.url + "status", headers=JSON) as response:
+                    if response.status == 200:
+                        return
+            if self.process.returncode is not None:
+                raise RuntimeError(f"{self.url} exited with {self.process.returncode}")
+            if asyncio.get_running_loop().time() > deadline:
+                raise RuntimeError(f"{self.url} did not answer within {READY_TIMEOUT} s")
+            await asyncio.sleep(POLL)
+
+    # HTTP
+
+    async def call(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: Any = None,
+        headers: dict[str, str] | None = None,
+    ) -> tuple[int, Any]:
+        """One request under `/eureka/`; the status and the JSON body (None when empty)."""
+        all_headers = {**JSON, **(headers or {})}
+        data = None
+        if body is not None:
+            data = orjson.dumps(body)
+            all_headers["Content-Type"] = "application/json"
+        async with self._session.request(
+            method, self.url + path, data=data, headers=all_headers
+        ) as response:
+            raw = await response.read()
+            return response.status, orjson.loads(raw) if raw else None
+
+    async def register(self, app: str, iid: str, *, replication: bool = False) -> None:
+        status, answer = await self.call(
+            "POST",
+            f"apps/{app}",
+            body={"instance": instance_doc(app, iid)},
+            headers=REPLICATION if replication else None,
+        )
+        assert 204 == status, answer
+
+    async def instance(self, app: str, iid: str) -> dict[str, Any] | None:
+        """The instance as this node serves it, or None on a 404."""
+        status, answer = await self.call("GET", f"apps/{app}/{iid}")
+        if status == 404:
+            return None
+        assert 200 == status, answer
+        return answer["instance"]  # type: ignore[no-any-return]
+
+    async def status(self) -> dict[str, Any]:
+        status, answer = await self.call("GET", "status")
+        assert 200 == status, answer
+        return answer  # type: ignore[no-any-return]
+
+    async def serving_reads(self) -> bool:
+        return "true" == (await self.status())["generalStats"]["serving-reads"]
+
+    async def registry(self) -> tuple[str, frozenset[str]]:
+        """`apps__hashcode` and every instance id, from `GET apps`."""
+        status, answer = await self.call("GET", "apps")
+        assert 200 == status, answer
+        apps = answer["applications"]
+        ids = frozenset(i["instanceId"] for app in apps["application"] for i in app["instance"])
+        return apps["apps__hashcode"], ids
+
+    async def digests(self) -> dict[str, str]:
+        status, answer = await self.call("GET", "peerreplication/digest")
+        assert 200 == status, answer
+        return answer["applications"]  # type: ignore[no-any-return]
+
+
+class Nodes:
+    """The processes a test started; all are killed when it ends."""
+
+    def __init__(self, session: aiohttp.ClientSession) -> None:
+        self.session = session
+        self.started: list[Node] = []
+
+    async def start(
+        self,
+        port: int,
+        peers: list[int] | None = None,
+        *,
+        config: Path | None = None,
+        **settings: object,
+    ) -> Node:
+        node = Node(self.session, port, peers, config, settings)
+        self.started.append(node)
+        await node.start()
+        return node
+
+    async def cluster(self, count: int, **settings: object) -> list[Node]:
+        """`count` nodes that list each other, started together, once all serve reads."""
+        ports = free_ports(count)
+        nodes = await asyncio.gather(*(self.start(port, ports, **settings) for port in ports))
+        for node in nodes:
+            await eventually(node.serving_reads, timeout=READY_TIMEOUT)
+        return list(nodes)
+
+    async def stop_all(self) -> None:
+        for node in self.started:
+            await node.kill()
+        for node in self.started:  # pytest shows this only when the test failed
+            print(f"--- stderr of {node.url} ---\n{node.stderr.decode(errors='replace')}")
+
+
+@pytest.fixture
+async def nodes() -> AsyncIterator[Nodes]:
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as session:
+        pool = Nodes(session)
+        try:
+            yield pool
+        finally:
+            await pool.stop_all()
+
+
+def peer_stats(status: dict[str, Any], url: str) -> dict[str, Any]:
+    (stats,) = (p for p in status["peers"] if p["url"] == url)
+    return stats  # type: ignore[no-any-return]
+
+
+class TestReplication:
+    async def test_every_change_on_one_node_reaches_the_other_two(self, nodes):
+        """Register, heartbeat, override set and delete, and cancel on A all reach B and C."""
+        a, b, c = await nodes.cluster(3)
+        others = (b, c)
+
+        await a.register("ORDERS", "i-1")
+        copies = [await eventually(lambda n=n: n.instance("ORDERS", "i-1")) for n in others]
+        assert ["UP", "UP"] == [copy["status"] for copy in copies]
+
+        renewed = [copy["leaseInfo"]["lastRenewalTimestamp"] for copy in copies]
+        status, _ = await a.call(
+            "PUT", "apps/ORDERS/i-1?status=UP&lastDirtyTimestamp=1735689000000"
+        )
+        assert 200 == status
+        for node, before in zip(others, renewed, strict=True):
+            await eventually(
+                lambda n=node: n.instance("ORDERS", "i-1"),
+                lambda doc, t=before: doc and doc["leaseInfo"]["lastRenewalTimestamp"] > t,
+            )
+
+        status, _ = await a.call("PUT", "apps/ORDERS/i-1/status?value=OUT_OF_SERVICE")
+        assert 200 == status
+        for node in others:
+            copy = await eventually(
+                lambda n=node: n.instance("ORDERS", "i-1"),
+                lambda doc: doc and doc["overriddenStatus"] == "OUT_OF_SERVICE",
+            )
+            assert "OUT_OF_SERVICE" == copy["status"]
+
+        status, _ = await a.call("DELETE", "apps/ORDERS/i-1/status?value=UP")
+        assert 200 == status
+        for node in others:
+            copy = await eventually(
+                lambda n=node: n.instance("ORDERS", "i-1"),
+                lambda doc: doc and doc["overriddenStatus"] == "UNKNOWN",
+            )
+            assert "UP" == copy["status"]
+
+        status, _ = await a.call("DELETE", "apps/ORDERS/i-1")
+        assert 200 == status
+        for node in others:
+            await eventually(lambda n=node: n.instance("ORDERS", "i-1"), lambda doc: doc is None)
+
+
+class TestRestart:
+    async def test_a_restarted_node_copies_the_registry_and_converges(self, nodes):
+        """A node killed while changes happen copies a peer's registry at start and converges."""
+        cluster = await nodes.cluster(3)
+        a, b, c = cluster
+        apps = ("ORDERS", "PAYMENTS")
+        for k in range(21):
+            await cluster[k % 3].register(apps[k % 2], f"i-{k}")
+        expected = frozenset(f"i-{k}" for k in range(21))
+        for node in cluster:
+            await eventually(node.registry, lambda r: r[1] == expected)
+
+        await c.kill()
+        for k in range(21, 26):
+            await a.register(apps[k % 2], f"i-{k}")
+        for k in (2, 5, 8):  # registered on C
+            status, _ = await a.call("DELETE", f"apps/{apps[k % 2]}/i-{k}")
+            assert 200 == status
+        status, _ = await a.call("PUT", "apps/ORDERS/i-0/status?value=OUT_OF_SERVICE")
+        assert 200 == status
+        expected = frozenset(f"i-{k}" for k in range(26)) - {"i-2", "i-5", "i-8"}
+        await eventually(b.registry, lambda r: r == ("OUT_OF_SERVICE_1_UP_22_", expected))
+
+        # A long anti-entropy interval keeps the start-up sync's reason in place to be read.
+        c.settings["anti_entropy_interval"] = 60
+        await c.start()
+        await eventually(c.serving_reads)
+        assert "copied" in (await c.status())["generalStats"]["reads-reason"]
+        for node in cluster:
+            await eventually(node.registry, lambda r: r == ("OUT_OF_SERVICE_1_UP_22_", expected))
+        digests = [await node.digests() for node in cluster]
+        assert digests[0] == digests[1] == digests[2]
+
+
+class TestUnreachablePeer:
+    async def test_clients_are_served_while_the_only_peer_is_down(self, nodes):
+        """With its peer down a node answers every write, bounds the peer's queue, and drops."""
+        port_a, port_b = free_ports(2)
+        a = await nodes.start(
+            port_a,
+            [port_a, port_b],
+            replication_max_pending=50,
+            peer_sync_budget=0.5,
+            peer_sync_empty_window=1,
+        )
+        depths: list[int] = []
+        done = asyncio.Event()
+
+        async def sample_queue() -> None:
+            while not done.is_set():
+                depths.append(peer_stats(await a.status(), base_url(port_b))["queueDepth"])
+                await asyncio.sleep(0.1)
+
+        failures: list[tuple[str, int]] = []
+        ids = iter(range(300))
+
+        async def client() -> None:
+            for k in ids:
+                status, _ = await a.call(
+                    "POST", "apps/ORDERS", body={"instance": instance_doc("ORDERS", f"i-{k}")}
+                )
+                if status != 204:
+                    failures.append((f"register i-{k}", status))
+                status, _ = await a.call("PUT", f"apps/ORDERS/i-{k}?status=UP")
+                if status != 200:
+                    failures.append((f"heartbeat i-{k}", status))
+
+        sampler = asyncio.create_task(sample_queue())
+        await asyncio.wait_for(asyncio.gather(*(client() for _ in range(16))), 30)
+        done.set()
+        await sampler
+
+        assert [] == failures
+        stats = await eventually(
+            a.status, lambda s: peer_stats(s, base_url(port_b))["reachable"] is False
+        )
+        peer = peer_stats(stats, base_url(port_b))
+        depths.append(peer["queueDepth"])
+        assert 50 >= max(depths)
+        assert 0 < peer["dropped"]
+        assert base_url(port_b) in stats["applicationStats"]["unavailable-replicas"]
+        # The empty-sync window is over by now, or soon: reads open without any peer.
+        await eventually(a.serving_reads)
+        assert ("UP_300_", frozenset(f"i-{k}" for k in range(300))) == await a.registry()
+
+    async def test_reads_are_refused_until_a_peer_is_copied(self, nodes):
+        """While no peer can be copied, reads answer 403 not_synced and writes are served."""
+        port_a, port_b = free_ports(2)
+        a = await nodes.start(
+            port_a, [port_a, port_b], peer_sync_budget=0.5, peer_sync_empty_window=60
+        )
+        await a.register("ORDERS", "i-1")
+        for path in ("apps", "apps/delta", "apps/ORDERS"):
+            status, answer = await a.call("GET", path)
+            assert (403, "not_synced") == (status, answer["error"])
+        general = (await a.status())["generalStats"]
+        assert "false" == general["serving-reads"]
+        assert "i-1" == (await a.instance("ORDERS", "i-1"))["instanceId"]
+
+
+class TestReload:
+    async def test_sighup_applies_a_new_peer_list(self, nodes, tmp_path):
+        """After its config file gains a peer and it gets SIGHUP, a node replicates to it."""
+        port_a, port_b = free_ports(2)
+        config = tmp_path / "a.toml"
+        await asyncio.to_thread(config.write_text, f'peers = ["{base_url(port_a)}"]\n')
+        # Anti-entropy is kept out of the way: only replication may carry instances to B.
+        a = await nodes.start(port_a, config=config, anti_entropy_interval=60)
+        b = await nodes.start(port_b, [port_a, port_b], anti_entropy_interval=60)
+        await eventually(b.serving_reads)
+        assert [] == (await a.status())["peers"]
+
+        await a.register("ORDERS", "before-reload")
+        text = f'peers = ["{base_url(port_a)}", "{base_url(port_b)}"]\n'
+        await asyncio.to_thread(config.write_text, text)
+        a.signal(signal.SIGHUP)
+        status = await eventually(a.status, lambda s: s["peers"])
+        assert [b.url] == [peer["url"] for peer in status["peers"]]
+
+        await a.register("ORDERS", "after-reload")
+        await eventually(lambda: b.instance("ORDERS", "after-reload"))
+        assert None is await b.instance("ORDERS", "before-reload")
+
+
+class TestAntiEntropy:
+    async def test_an_instance_only_one_node_holds_reaches_the_other(self, nodes):
+        """An instance B took as a replication (so never forwarded) reaches A by anti-entropy."""
+        a, b = await nodes.cluster(2, anti_entropy_interval=1)
+        await b.register("ORDERS", "i-1", replication=True)
+
+        copy = await eventually(lambda: a.instance("ORDERS", "i-1"))
+        assert "UP" == copy["status"]
+        assert 0 == peer_stats(await b.status(), a.url)["sent"]
