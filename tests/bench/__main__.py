@@ -20,7 +20,7 @@ from typing import Any
 
 from registry.__main__ import loop_name, new_event_loop
 from tests.bench.load import LoadGenerator
-from tests.bench.scenarios import SCENARIOS, Plan, memory, throughput
+from tests.bench.scenarios import SCENARIOS, Plan, memory, replication, throughput
 
 TARGETS = {  # figure: (minimum ratio to the ceiling, or maximum bytes)
     "heartbeat": 0.85,
@@ -61,6 +61,7 @@ def main() -> int:
         load,
         chosen,
         warm_up=not args.smoke,
+        lag_samples=20 if args.smoke else 200,
     )
     machine = describe_machine(load)
     print(
@@ -86,7 +87,11 @@ def main() -> int:
 
 
 async def run(plan: Plan) -> dict[str, Any]:
-    results = await throughput(plan)
+    results: dict[str, Any] = {}
+    if plan.scenarios & {"heartbeat", "fetch", "churn", "delta"}:
+        results = await throughput(plan)
+    if "replication" in plan.scenarios:
+        results["replication"] = await replication(plan)
     if "memory" in plan.scenarios:
         results["memory"] = await memory(plan)
     return results
@@ -163,6 +168,8 @@ def table(results: dict[str, Any], *, judged: bool = True) -> str:
                 "",
             )
         )
+    if "replication" in results:
+        rows.extend(_replication_rows(results["replication"]))
     if "memory" not in results:
         return _render(rows)
     mem = results["memory"]
@@ -180,6 +187,46 @@ def table(results: dict[str, Any], *, judged: bool = True) -> str:
     ):
         rows.append((label, f"{value} B/inst", "", "", "", "", target))
     return _render(rows)
+
+
+def _replication_rows(figure: dict[str, Any]) -> list[tuple[str, str, str, str, str, str, str]]:
+    """A's heartbeats replicating to B and C beside a node without peers; B's and C's lag."""
+    ours, alone, lag = figure["replicating"], figure["standalone"], figure["lag"]
+    rows = [
+        (
+            "heartbeat replicating to 2 peers",
+            _rps(ours),
+            f"no peers: {_rps(alone)}",
+            f"{figure['ratio']:.2f}" if figure["ratio"] is not None else "",
+            f"{figure['cpu_ratio']:.2f}" if figure["cpu_ratio"] is not None else "",
+            f"{ours['p50_ms_median']:.2f} / {ours['p99_ms_median']:.2f}",
+            "",
+        ),
+        (
+            "  peers' CPU (B + C)",
+            f"{figure['peer_cpu_seconds']} s/run, {figure['peer_cpu_us_per_heartbeat']} us/hb",
+            "",
+            "",
+            "",
+            "",
+            "",
+        ),
+    ]
+    for name in ("B", "C"):
+        peer = lag[name]
+        missed = f", {peer['missed']} missed" if peer["missed"] else ""
+        rows.append(
+            (
+                f"replication lag A->{name} (at {lag['heartbeat_rps']} hb/s)",
+                f"{lag['changes'] - peer['missed']} changes{missed}, max {peer['max_ms']} ms",
+                "",
+                "",
+                "",
+                f"{peer['p50_ms']} / {peer['p99_ms']}",
+                "",
+            )
+        )
+    return rows
 
 
 def _render(rows: list[tuple[str, ...]]) -> str:

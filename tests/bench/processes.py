@@ -7,7 +7,7 @@ import os
 import socket
 import sys
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -45,9 +45,13 @@ class Server:
 
 
 @asynccontextmanager
-async def registry(**settings: object) -> AsyncIterator[Server]:
-    """`python -m registry serve` with `settings` as REGISTRY_* variables."""
-    port = free_port()
+async def registry(port: int | None = None, **settings: object) -> AsyncIterator[Server]:
+    """`python -m registry serve` with `settings` as REGISTRY_* variables, on `port` or a free one.
+
+    A node with peers answers `apps` only once it has copied their registry (or found them all
+    starting too), so the nodes of a cluster must be started together, not one after another.
+    """
+    port = port or free_port()
     env = {
         **os.environ,
         "REGISTRY_LOG_LEVEL": "warning",
@@ -57,6 +61,26 @@ async def registry(**settings: object) -> AsyncIterator[Server]:
     command = [sys.executable, "-m", "registry", "serve", "--port", str(port)]
     async with _process(command, env, f"http://127.0.0.1:{port}", "/eureka/apps") as server:
         yield server
+
+
+@asynccontextmanager
+async def cluster(count: int, **settings: object) -> AsyncIterator[list[Server]]:
+    """`count` registry nodes on loopback, each with all of them as peers (a full mesh).
+
+    They start together: each waits for the others before it serves reads. Should one fail to
+    start, the others are stopped.
+    """
+    ports = [free_port() for _ in range(count)]
+    peers = ",".join(f"http://127.0.0.1:{port}/eureka/" for port in ports)
+    async with AsyncExitStack() as stack:
+        async with asyncio.TaskGroup() as group:
+            starting = [
+                group.create_task(
+                    stack.enter_async_context(registry(port, peers=peers, **settings))
+                )
+                for port in ports
+            ]
+        yield [task.result() for task in starting]
 
 
 @asynccontextmanager

@@ -25,7 +25,10 @@ def workload_from(spec: dict[str, object]) -> workloads.Workload:
     return workloads.gets(str(spec["path"]), dict(spec["headers"]), str(kind))  # type: ignore[call-overload]
 
 
-async def run(url: str, workload: workloads.Workload, seconds: float, connections: int) -> dict:
+async def run(
+    url: str, workload: workloads.Workload, seconds: float, connections: int, delay_ms: float = 0
+) -> dict:
+    """Requests from `connections` workers for `seconds`, each worker pausing `delay_ms` first."""
     latencies: list[float] = []
     errors = non_2xx = 0
     counter = 0
@@ -34,6 +37,8 @@ async def run(url: str, workload: workloads.Workload, seconds: float, connection
     async def worker(session: aiohttp.ClientSession) -> None:
         nonlocal counter, errors, non_2xx
         while time.monotonic() < deadline:
+            if delay_ms:
+                await asyncio.sleep(delay_ms / 1000)
             method, path, body = workload.next_request(counter)
             counter += 1
             started = time.perf_counter()
@@ -74,6 +79,12 @@ async def run(url: str, workload: workloads.Workload, seconds: float, connection
 if __name__ == "__main__":
     spec = json.loads(sys.argv[1])
     result = asyncio.run(
-        run(str(spec["url"]), workload_from(spec), float(spec["seconds"]), int(spec["connections"]))
+        run(
+            str(spec["url"]),
+            workload_from(spec),
+            float(spec["seconds"]),
+            int(spec["connections"]),
+            float(spec.get("delay_ms", 0)),
+        )
     )
     print(json.dumps(result))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import random
 import statistics
 import tempfile
 import time
@@ -16,7 +17,7 @@ import orjson
 from tests.bench import processes, workloads
 from tests.bench.load import LoadGenerator, Result
 
-SCENARIOS = ("heartbeat", "fetch", "churn", "delta", "memory")
+SCENARIOS = ("heartbeat", "fetch", "churn", "delta", "replication", "memory")
 # The delta scenario's window, in seconds (Eureka's is 180).
 DELTA_WINDOW = 3
 FETCH_VARIANTS = {  # name: request headers
@@ -25,6 +26,28 @@ FETCH_VARIANTS = {  # name: request headers
     "xml": {"Accept": "application/xml"},
     "xml+gzip": {"Accept": "application/xml", "Accept-Encoding": "gzip"},
 }
+# The replication scenario: nodes A, B and C, with default replication settings. A takes a
+# steady load of heartbeats, about STEADY_CONNECTIONS x 1000 / (STEADY_DELAY_MS + latency) a
+# second, while single changes on A are timed until B and C show them.
+PEER_NAMES = ("B", "C")
+STEADY_CONNECTIONS = 4
+STEADY_DELAY_MS = 1
+LAG_SAMPLE_SECONDS = 0.06  # the steady load lasts about this long per change to time
+LAG_POLL = 0.002  # seconds between reads of a peer while waiting for a change
+LAG_TIMEOUT = 5.0  # a change a peer has not shown by then counts as missed
+LAG_GAP = 0.02  # at most this long, at random, between changes: no lock-step with the batches
+REPLICA_TIMEOUT = 60.0  # for B and C to hold the whole population
+DRAIN_TIMEOUT = 10.0  # for A's replication queues to empty after a load
+PEER_FIGURES = (
+    "sent",
+    "batches",
+    "droppedHeartbeats",
+    "dropped",
+    "failed",
+    "retried",
+    "reregistered",
+    "adopted",
+)
 
 
 @dataclass
@@ -36,6 +59,7 @@ class Plan:
     load: LoadGenerator
     scenarios: frozenset[str] = frozenset(SCENARIOS)
     warm_up: bool = True
+    lag_samples: int = 200  # changes the replication scenario times
 
 
 @dataclass
@@ -256,6 +280,197 @@ async def delta_under_churn(plan: Plan) -> dict[str, Any]:
         "churn_rps_median": round(churned.median()),
         "delta_window_seconds": DELTA_WINDOW,
     }
+
+
+async def replication(plan: Plan) -> dict[str, Any]:
+    """Three nodes, A, B and C, replicating to each other with the default settings.
+
+    First the lag: while A takes a steady load of heartbeats, single changes on A (an override
+    set, then deleted again) are timed until B and C show them. Then A's heartbeat throughput,
+    replicating to both, beside a node with no peers, runs alternating as in the heartbeat
+    scenario. Each replicating run ends when A's queues are empty, so the catch-up neither
+    competes with the next run nor escapes A's and the peers' CPU figures.
+    """
+    n = plan.instances
+    async with (
+        processes.cluster(1 + len(PEER_NAMES), eviction_interval=3600) as (a, *peers),
+        processes.registry(eviction_interval=3600) as alone,
+    ):
+        await processes.populate(a, n)
+        started = time.monotonic()
+        async with aiohttp.ClientSession() as session:
+            while min([await _registry_size(session, peer) for peer in peers]) < n:
+                if time.monotonic() - started > REPLICA_TIMEOUT:
+                    raise RuntimeError(f"B and C did not hold {n} instances in {REPLICA_TIMEOUT} s")
+                await asyncio.sleep(processes.POLL)
+            replicated = time.monotonic() - started
+            await processes.populate(alone, n)
+            lag = await replication_lag(plan, session, a, peers)
+            runs = await beside_standalone(plan, session, a, peers, alone)
+            named = dict(zip(PEER_NAMES, peers, strict=True))
+            names = {f"{peer.url}/eureka/": name for name, peer in named.items()}
+            queues = {
+                names.get(p["url"], p["url"]): {key: p[key] for key in PEER_FIGURES}
+                for p in (await _status(session, a))["peers"]
+            }
+            sizes = {name: await _registry_size(session, p) for name, p in named.items()}
+    return {
+        **runs,
+        "lag": lag,
+        "instances": n,
+        "population_replicated_seconds": round(replicated, 2),
+        "peer_registry_sizes": sizes,
+        "queues": queues,  # A's own figures for each peer, at the end
+    }
+
+
+async def replication_lag(
+    plan: Plan, session: aiohttp.ClientSession, a: processes.Server, peers: list[processes.Server]
+) -> dict[str, Any]:
+    """Milliseconds from a change's request to A until B, and C, answer the change.
+
+    Each peer is read every LAG_POLL seconds by its own task. The changes alternate: an
+    OUT_OF_SERVICE override on a random instance, then its deletion (back to UP).
+    """
+    steady = LoadGenerator(connections=STEADY_CONNECTIONS, prefer_wrk=plan.load.wrk is not None)
+    beat = workloads.paced(workloads.heartbeats(plan.instances), STEADY_DELAY_MS)
+    spec = {"kind": "heartbeat", "instances": plan.instances, "delay_ms": STEADY_DELAY_MS}
+    seconds = max(2, round(1 + plan.lag_samples * LAG_SAMPLE_SECONDS))
+    loop = asyncio.get_running_loop()
+    end = loop.time() + seconds
+    load = asyncio.create_task(steady.run(a.url, beat, seconds, spec))
+    await asyncio.sleep(0.5)  # the load and the replication it causes are under way
+    lags: dict[str, list[float]] = {name: [] for name in PEER_NAMES}
+    missed = dict.fromkeys(PEER_NAMES, 0)
+    rng = random.Random(1)
+    overridden: str | None = None  # the path of the instance whose override is in force
+    changes = 0
+    while changes < plan.lag_samples and loop.time() < end - 0.5 and not load.done():
+        if overridden is None:
+            app, iid, _ = workloads.bench_instance(rng.randrange(plan.instances))
+            path, method, value = f"/eureka/apps/{app}/{iid}", "PUT", "OUT_OF_SERVICE"
+        else:
+            path, method, value = overridden, "DELETE", "UP"
+        started = time.perf_counter()
+        async with session.request(method, f"{a.url}{path}/status?value={value}") as response:
+            if response.status != 200:
+                raise RuntimeError(f"{method} {path}/status on A answered {response.status}")
+        seen = await asyncio.gather(
+            *(_until_shown(session, peer, path, value, started) for peer in peers)
+        )
+        for name, lag in zip(PEER_NAMES, seen, strict=True):
+            if lag is None:
+                missed[name] += 1
+            else:
+                lags[name].append(lag)
+        overridden = path if overridden is None else None
+        changes += 1
+        await asyncio.sleep(rng.uniform(0, LAG_GAP))
+    if overridden is not None:  # leave every instance as it was
+        async with session.delete(f"{a.url}{overridden}/status?value=UP"):
+            pass
+    result = await load
+    return {
+        "heartbeat_rps": round(result.rps),
+        "heartbeat_errors": result.errors,
+        "changes": changes,
+        **{
+            name: {
+                "p50_ms": _percentile(values, 0.50),
+                "p99_ms": _percentile(values, 0.99),
+                "max_ms": _percentile(values, 1.0),
+                "missed": missed[name],
+            }
+            for name, values in lags.items()
+        },
+    }
+
+
+async def _until_shown(
+    session: aiohttp.ClientSession, peer: processes.Server, path: str, status: str, since: float
+) -> float | None:
+    """Milliseconds from `since` until `peer` answers the instance at `path` with `status`."""
+    url = f"{peer.url}{path}"
+    while True:
+        async with session.get(url, headers={"Accept": "application/json"}) as response:
+            body = await response.read()
+        now = time.perf_counter()
+        if response.status == 200 and orjson.loads(body)["instance"]["status"] == status:
+            return 1000 * (now - since)
+        if now - since > LAG_TIMEOUT:
+            return None
+        await asyncio.sleep(LAG_POLL)
+
+
+async def beside_standalone(
+    plan: Plan,
+    session: aiohttp.ClientSession,
+    a: processes.Server,
+    peers: list[processes.Server],
+    alone: processes.Server,
+) -> dict[str, Any]:
+    """Saturating heartbeats on A (replicating) and on a node with no peers, runs alternating."""
+    beat = workloads.heartbeats(plan.instances)
+    spec = {"kind": "heartbeat", "instances": plan.instances}
+    if plan.warm_up:
+        for server in (a, alone):
+            await plan.load.run(server.url, beat, 1, spec)
+            await _drained(session, server)
+    replicating, standalone = Series(), Series()
+    peer_cpu: list[float] = []  # seconds, B and C together, per replicating run
+    drains: list[float] = []
+    sides = [(replicating, a), (standalone, alone)]
+    for run in range(plan.runs):
+        for series, server in sides if run % 2 == 0 else sides[::-1]:
+            before, peers_before = server.cpu_seconds(), sum(p.cpu_seconds() for p in peers)
+            result = await plan.load.run(server.url, beat, plan.seconds, spec)
+            drain = await _drained(session, server)  # nothing to wait for without peers
+            used = server.cpu_seconds() - before
+            series.results.append(result)
+            series.cpu_us_per_request.append(1e6 * used / result.requests if result.requests else 0)
+            if server is a:
+                drains.append(drain)
+                peer_cpu.append(sum(p.cpu_seconds() for p in peers) - peers_before)
+    figures = compared(replicating, standalone)
+    heartbeats = [r.requests for r in replicating.results]
+    return {
+        "replicating": figures["registry"],
+        "standalone": figures["ceiling"],
+        "ratio": figures["ratio"],  # replicating / standalone
+        "cpu_ratio": figures["cpu_ratio"],  # standalone / replicating CPU per heartbeat on A
+        "peer_cpu_seconds": _median(peer_cpu),
+        "peer_cpu_us_per_heartbeat": _median(
+            [1e6 * cpu / count for cpu, count in zip(peer_cpu, heartbeats, strict=True) if count]
+        ),
+        "drain_seconds_max": round(max(drains), 2) if drains else None,
+    }
+
+
+async def _drained(session: aiohttp.ClientSession, server: processes.Server) -> float:
+    """Seconds until `server` owes its peers nothing (at most DRAIN_TIMEOUT)."""
+    started = time.monotonic()
+    while any(p["queueDepth"] for p in (await _status(session, server))["peers"]):
+        if time.monotonic() - started > DRAIN_TIMEOUT:
+            break
+        await asyncio.sleep(processes.POLL)
+    return time.monotonic() - started
+
+
+async def _status(session: aiohttp.ClientSession, server: processes.Server) -> dict[str, Any]:
+    async with session.get(
+        f"{server.url}/eureka/status", headers={"Accept": "application/json"}
+    ) as response:
+        document: dict[str, Any] = orjson.loads(await response.read())
+    return document
+
+
+async def _registry_size(session: aiohttp.ClientSession, server: processes.Server) -> int:
+    return int((await _status(session, server))["generalStats"]["registry-size"])
+
+
+def _percentile(values: list[float], p: float) -> float | None:
+    ordered = sorted(values)
+    return round(ordered[min(len(ordered) - 1, int(p * len(ordered)))], 1) if ordered else None
 
 
 async def memory(plan: Plan) -> dict[str, Any]:

@@ -83,6 +83,17 @@ end
     return Workload("heartbeat", lua, next_request)
 
 
+def paced(workload: Workload, delay_ms: int) -> Workload:
+    """`workload` with each connection waiting `delay_ms` before each request: a steady load
+    of about connections x 1000 / (delay_ms + latency) requests a second, not a saturating one.
+
+    wrk has no rate option; its `delay` hook is the nearest (millisecond granularity). The
+    Python generator reads the same pause from its spec's `delay_ms`.
+    """
+    lua = f"{workload.lua}\ndelay = function()\n  return {delay_ms}\nend\n"
+    return Workload(f"{workload.name}-paced", lua, workload.next_request, workload.headers)
+
+
 def churn() -> Workload:
     """Alternating registrations of new instances and cancels of ones registered earlier."""
     template = json.dumps(instance_body("CHURN", "churn-KEY", "10.200.0.1"))
