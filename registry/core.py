@@ -37,7 +37,7 @@ Listener = Callable[[ChangeEvent], None]
 
 
 class Outbox(Protocol):
-    """Where client-originated commands go to reach the peers (`peers.Replicator`)."""
+    """Where client-originated commands go to reach the peers (`peers.cluster.Cluster`)."""
 
     def __call__(
         self,

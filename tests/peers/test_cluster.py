@@ -11,7 +11,6 @@ import asyncio
 import contextlib
 import os
 import signal
-import socket
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -21,6 +20,7 @@ import aiohttp
 import orjson
 import pytest
 
+from tests.bench.processes import free_port
 from tests.helpers import JSON, instance_doc
 
 pytestmark = pytest.mark.slow
@@ -45,9 +45,7 @@ def free_ports(count: int) -> list[int]:
     """`count` distinct loopback ports nothing listens on now."""
     ports: list[int] = []
     while len(ports) < count:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = int(s.getsockname()[1])
+        port = free_port()
         if port not in ports:
             ports.append(port)
     return ports
