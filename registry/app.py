@@ -13,7 +13,17 @@ from peers.anti_entropy import anti_entropy_forever
 from peers.cluster import Cluster
 from peers.digest import DIGESTS, Digests
 from peers.sync import sync_at_start
-from registry.appkeys import CACHE, CLOCK, CLUSTER, JOURNAL, READS, REGISTRY, SETTINGS, STARTED_AT
+from registry.appkeys import (
+    CACHE,
+    CLOCK,
+    CLUSTER,
+    JOURNAL,
+    PRESERVATION,
+    READS,
+    REGISTRY,
+    SETTINGS,
+    STARTED_AT,
+)
 from registry.cache import ResponseCache
 from registry.clock import Clock, SystemClock
 from registry.core import Registry
@@ -21,6 +31,7 @@ from registry.eviction import Evictor
 from registry.gate import ReadGate
 from registry.http import add_routes
 from registry.journal import DeltaJournal
+from registry.preservation import MINUTE, SelfPreservation
 from registry.settings import Settings
 from registry.tasks import cancel_and_wait, run_every
 
@@ -45,13 +56,23 @@ def create_app(
     )
     journal = DeltaJournal(retention_ms=int(settings.delta_retention * 1000))
     cache = ResponseCache(max_age=settings.response_cache_max_age)
+    preservation = SelfPreservation(
+        enabled=settings.self_preservation,
+        percent=settings.renewal_percent_threshold,
+        expected_interval=settings.expected_renewal_interval,
+        min_instances=settings.self_preservation_min_instances,
+        recount_interval=settings.renewal_threshold_update_interval,
+        accept_lasting_drop=settings.self_preservation_accept_lasting_drop,
+    )
     registry.subscribe(journal.record)
     registry.subscribe(cache.invalidate)
+    registry.subscribe(preservation.on_change)
     app[SETTINGS] = settings
     app[CLOCK] = clock
     app[REGISTRY] = registry
     app[JOURNAL] = journal
     app[CACHE] = cache
+    app[PRESERVATION] = preservation
     app[STARTED_AT] = clock.monotonic()
     app[READS] = ReadGate()
     app[CLUSTER] = Cluster(registry, clock, settings)
@@ -119,11 +140,32 @@ async def _reload(cluster: Cluster, reload: Reload) -> None:
 
 
 async def _evictor(app: web.Application) -> AsyncIterator[None]:
-    clock, interval = app[CLOCK], app[SETTINGS].eviction_interval
-    evictor = Evictor(app[REGISTRY], clock, interval=interval)
-    task = asyncio.create_task(run_every(clock, interval, evictor.tick, name="eviction"))
+    """Eviction sweeps, and the renewal counting self-preservation judges them by."""
+    clock, settings = app[CLOCK], app[SETTINGS]
+    evictor = Evictor(
+        app[REGISTRY],
+        clock,
+        app[PRESERVATION],
+        interval=settings.eviction_interval,
+        max_fraction=settings.eviction_max_fraction,
+    )
+    tasks = [
+        asyncio.create_task(
+            run_every(clock, settings.eviction_interval, evictor.sweep, name="eviction")
+        ),
+        asyncio.create_task(run_every(clock, MINUTE, evictor.end_minute, name="renewal_count")),
+        asyncio.create_task(
+            run_every(
+                clock,
+                settings.renewal_threshold_update_interval,
+                evictor.recount,
+                name="renewal_threshold_recount",
+            )
+        ),
+    ]
     yield
-    await cancel_and_wait(task)
+    for task in tasks:
+        await cancel_and_wait(task)
 
 
 async def _journal_cleaner(app: web.Application) -> AsyncIterator[None]:

@@ -10,6 +10,7 @@ from registry.clock import Clock
 from registry.core import Registry
 from registry.gate import ReadGate
 from registry.journal import DeltaJournal
+from registry.preservation import SelfPreservation
 from registry.settings import Settings
 
 REGISTRY = web.AppKey("registry", Registry)
@@ -19,4 +20,5 @@ CLOCK = web.AppKey("clock", Clock)
 SETTINGS = web.AppKey("settings", Settings)
 READS = web.AppKey("reads", ReadGate)
 CLUSTER = web.AppKey("cluster", Cluster)
+PRESERVATION = web.AppKey("preservation", SelfPreservation)
 STARTED_AT = web.AppKey("started_at", float)  # monotonic seconds, for uptime

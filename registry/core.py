@@ -64,6 +64,7 @@ class Registry:
         self._legacy = legacy_lease_expiry
         self._sync_dirty = sync_when_timestamp_differs
         self.index = 0
+        self.renewals = 0  # heartbeats accepted since start, client and replicated
         self.outbox: Outbox | None = None
 
     def subscribe(self, listener: Listener) -> None:
@@ -133,7 +134,7 @@ class Registry:
             status=status.value,
             replication=is_replication,
         )
-        self._emit(ActionType.ADDED, lease, now_ms)
+        self._emit(ActionType.ADDED, lease, now_ms, None if existing is None else existing.instance)
         if self.outbox is not None and not is_replication:
             self.outbox(_A.REGISTER, registrant.app, iid)
         return lease.instance
@@ -187,6 +188,7 @@ class Registry:
             if status is not instance.status:
                 self._change(lease, now_ms, status=status)
         lease.renew(now_ms, self._legacy)
+        self.renewals += 1
         if (
             last_dirty_ms is not None
             and last_dirty_ms != lease.instance.last_dirty_ms
@@ -286,28 +288,25 @@ class Registry:
         merged = {**instance.metadata, **entries}
         self.register(dataclasses.replace(instance, metadata=merged), now_ms=now_ms)
 
-    def evict_expired(self, *, now_ms: int, extra_ms: int = 0) -> int:
-        """Remove every lease that stopped renewing; returns how many went.
+    def evict(self, app: str, instance_id: str, *, now_ms: int, extra_ms: int = 0) -> bool:
+        """Remove this lease if it is still expired; whether it went (contract 8).
 
-        `extra_ms` is the eviction task's own lateness, so a stalled loop never evicts
-        instances that were renewing on time. Overrides stay: an evicted instance that comes
-        back is still under the admin's decision.
+        The eviction task picks leases and then evicts them over several loop turns, so each is
+        checked again here: it may have renewed or re-registered in between. `extra_ms` is the
+        task's own lateness, so a stalled loop never evicts instances that renewed on time.
+        Overrides stay: an evicted instance that comes back is still under the admin's decision.
         """
-        expired = [
-            lease
-            for leases in self._apps.values()
-            for lease in leases.values()
-            if lease.is_expired(now_ms, extra_ms)
-        ]
-        for lease in expired:
-            self._remove(lease, now_ms)
-            log.info(
-                "lease_evicted",
-                app=lease.instance.app,
-                instance_id=lease.instance.instance_id,
-                last_renewal_ms=lease.last_renewal_ms,
-            )
-        return len(expired)
+        lease = self._apps.get(app, {}).get(instance_id)
+        if lease is None or not lease.is_expired(now_ms, extra_ms):
+            return False
+        self._remove(lease, now_ms)
+        log.info(
+            "lease_evicted",
+            app=app,
+            instance_id=instance_id,
+            last_renewal_ms=lease.last_renewal_ms,
+        )
+        return True
 
     # Reads -------------------------------------------------------------------------------
 
@@ -328,6 +327,9 @@ class Registry:
         for name, leases in self._apps.items():
             if leases:
                 yield name, leases.values()
+
+    def application_names(self) -> Iterator[str]:
+        return iter(self._apps)
 
     def application(self, app: str) -> Collection[Lease]:
         return self._apps.get(app, {}).values()
@@ -380,10 +382,11 @@ class Registry:
             raise StaleReplica(lease)
 
     def _change(self, lease: Lease, now_ms: int, **fields: Any) -> None:
+        previous = lease.instance
         lease.instance = dataclasses.replace(
-            lease.instance, action_type=ActionType.MODIFIED, last_updated_ms=now_ms, **fields
+            previous, action_type=ActionType.MODIFIED, last_updated_ms=now_ms, **fields
         )
-        self._emit(ActionType.MODIFIED, lease, now_ms)
+        self._emit(ActionType.MODIFIED, lease, now_ms, previous)
 
     def _remove(self, lease: Lease, now_ms: int) -> None:
         instance = lease.instance
@@ -395,10 +398,18 @@ class Registry:
         lease.instance = dataclasses.replace(
             instance, action_type=ActionType.DELETED, last_updated_ms=now_ms
         )
-        self._emit(ActionType.DELETED, lease, now_ms)
+        self._emit(ActionType.DELETED, lease, now_ms, instance)
 
-    def _emit(self, action: ActionType, lease: Lease, now_ms: int) -> None:
+    def _emit(
+        self, action: ActionType, lease: Lease, now_ms: int, previous: InstanceInfo | None
+    ) -> None:
         self.index += 1
-        event = ChangeEvent(action=action, lease=lease.snapshot(), index=self.index, at_ms=now_ms)
+        event = ChangeEvent(
+            action=action,
+            lease=lease.snapshot(),
+            index=self.index,
+            at_ms=now_ms,
+            previous=previous,
+        )
         for listener in self._listeners:
             listener(event)

@@ -1,33 +1,137 @@
-"""The eviction tick: remove leases that stopped renewing (contract 8, without self-preservation).
+"""The eviction task: remove leases that stopped renewing, a capped random share at a time.
 
-A tick that runs late (a stalled loop, a suspended VM) adds its lateness to every lease's grace,
-so instances that kept renewing are never evicted for the server's own delay.
+Each sweep asks self-preservation whether eviction may run, finds the expired leases, and evicts
+at most `max_fraction` of the registry (15 %, Eureka's cap), chosen at random so that no
+application loses all its instances first. Scanning and evicting are done in slices that give
+the event loop back every couple of milliseconds, so even 100 000 expired leases never hold up
+heartbeats; each lease is checked again when its turn comes, since it may have renewed.
+
+A sweep that runs late (a stalled loop, a suspended VM) adds its lateness to every lease's
+grace, so instances that kept renewing are never evicted for the server's own delay.
 """
 
 from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import Iterator
 
 import structlog
 
 from registry.clock import Clock
 from registry.core import Registry
+from registry.model import InstanceInfo, Lease
+from registry.preservation import SelfPreservation
 
 log = structlog.get_logger()
 
+SLICE = 256  # leases handled between two looks at the time
+BUDGET = 0.002  # seconds of work before the loop gets a turn
+
+
+class Pacer:
+    """Gives the event loop a turn whenever `budget` seconds of work have gone by."""
+
+    def __init__(self, budget: float = BUDGET) -> None:
+        self._budget = budget
+        self._since = time.perf_counter()
+        self.yields = 0
+
+    async def pace(self) -> None:
+        if time.perf_counter() - self._since >= self._budget:
+            await asyncio.sleep(0)
+            self.yields += 1
+            self._since = time.perf_counter()
+
 
 class Evictor:
-    def __init__(self, registry: Registry, clock: Clock, *, interval: float) -> None:
+    def __init__(
+        self,
+        registry: Registry,
+        clock: Clock,
+        preservation: SelfPreservation,
+        *,
+        interval: float,
+        max_fraction: float = 0.15,
+        rng: random.Random | None = None,
+    ) -> None:
         self._registry = registry
         self._clock = clock
+        self._preservation = preservation
         self._interval = interval
+        self._max_fraction = max_fraction
+        self._rng = rng or random.Random()
         self._last_run = clock.monotonic()
 
-    def tick(self) -> int:
+    def limit(self, size: int) -> int:
+        """How many leases one sweep may evict from a registry of `size` (contract 8, step 4)."""
+        return size - int(size * (1 - self._max_fraction))
+
+    async def sweep(self) -> int:
+        """One eviction run; returns how many leases went."""
         now = self._clock.monotonic()
         lateness = max(0.0, now - self._last_run - self._interval)
         self._last_run = now
-        evicted = self._registry.evict_expired(
-            now_ms=self._clock.wall_ms(), extra_ms=int(lateness * 1000)
+        size = len(self._registry)
+        verdict = self._preservation.judge(size)
+        if self._preservation.note(verdict, now):
+            if verdict.evict:
+                log.info("eviction_resumed", reason=verdict.reason)
+            else:
+                log.warning("eviction_held", reason=verdict.reason)
+        if not verdict.evict:
+            return 0
+        now_ms, extra_ms = self._clock.wall_ms(), int(lateness * 1000)
+        pacer = Pacer()
+        expired: list[Lease] = []
+        for leases in self._slices():
+            expired.extend(lease for lease in leases if lease.is_expired(now_ms, extra_ms))
+            await pacer.pace()
+        if not expired:
+            return 0
+        chosen = self._rng.sample(expired, min(len(expired), self.limit(size)))
+        evicted = 0
+        for start in range(0, len(chosen), SLICE):
+            for lease in chosen[start : start + SLICE]:
+                instance = lease.instance
+                evicted += self._registry.evict(
+                    instance.app, instance.instance_id, now_ms=now_ms, extra_ms=extra_ms
+                )
+            await pacer.pace()
+        log.info(
+            "eviction_ran",
+            evicted=evicted,
+            expired=len(expired),
+            limit=self.limit(size),
+            lateness_ms=extra_ms,
+            loop_turns=pacer.yields,
         )
-        if evicted:
-            log.info("eviction_ran", evicted=evicted, lateness_ms=int(lateness * 1000))
         return evicted
+
+    async def recount(self) -> None:
+        """Self-preservation's periodic recount, with the renewing leases when it needs them."""
+        now, now_ms = self._clock.monotonic(), self._clock.wall_ms()
+        renewing: list[InstanceInfo] = []
+        if self._preservation.needs_live_count(now):
+            pacer = Pacer()
+            for leases in self._slices():
+                renewing.extend(lease.instance for lease in leases if not lease.is_expired(now_ms))
+                await pacer.pace()
+        self._preservation.recount(now=now, now_ms=now_ms, renewing=renewing)
+        log.info(
+            "renewal_threshold_recount",
+            result=self._preservation.last_recount,
+            expected_clients=self._preservation.expected_clients,
+            threshold=self._preservation.threshold,
+        )
+
+    def end_minute(self) -> None:
+        self._preservation.end_minute(self._registry.renewals)
+
+    def _slices(self) -> Iterator[list[Lease]]:
+        """The registry's leases in slices; copied first, since it changes between slices."""
+        for name in list(self._registry.application_names()):
+            leases = list(self._registry.application(name))
+            for start in range(0, len(leases), SLICE):
+                yield leases[start : start + SLICE]

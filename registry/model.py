@@ -160,9 +160,15 @@ class LeaseSnapshot:
 
 @dataclass(slots=True, frozen=True, kw_only=True)
 class ChangeEvent:
-    """One change of the registry, emitted to every subscriber in index order."""
+    """One change of the registry, emitted to every subscriber in index order.
+
+    `previous` is the instance as it was before the change, None for a brand-new registration:
+    what the cache needs to drop the VIPs an instance left, and self-preservation to tell a new
+    client from a re-registration.
+    """
 
     action: ActionType
     lease: LeaseSnapshot
     index: int
     at_ms: int
+    previous: InstanceInfo | None = None

@@ -34,7 +34,15 @@ class Settings:
     # Leases and eviction
     legacy_lease_expiry: bool = False  # Eureka's 2 x duration after the last renewal
     eviction_interval: float = 5 * SECONDS
+    eviction_max_fraction: float = 0.15  # of the registry, per run (Eureka's cap)
     sync_when_timestamp_differs: bool = True
+    # Self-preservation: hold eviction when renewals drop as if the network failed
+    self_preservation: bool = True
+    renewal_percent_threshold: float = 0.85
+    expected_renewal_interval: float = 30 * SECONDS  # for clients that do not say theirs
+    renewal_threshold_update_interval: float = 15 * MINUTES
+    self_preservation_min_instances: int = 10  # smaller registries always evict
+    self_preservation_accept_lasting_drop: bool = True  # held a whole recount: a scale-down
     # Delta journal
     disable_delta: bool = False
     delta_retention: float = 3 * MINUTES
@@ -66,6 +74,8 @@ class Settings:
             raise SettingsError(f"port: {self.port} is not a TCP port")
         for key in (
             "eviction_interval",
+            "expected_renewal_interval",
+            "renewal_threshold_update_interval",
             "delta_retention",
             "delta_cleanup_interval",
             "response_cache_max_age",
@@ -80,6 +90,13 @@ class Settings:
         ):
             if getattr(self, key) <= 0:
                 raise SettingsError(f"{key}: must be positive, not {getattr(self, key)}")
+        for key in ("eviction_max_fraction", "renewal_percent_threshold"):
+            if not 0 < getattr(self, key) <= 1:
+                raise SettingsError(
+                    f"{key}: must be above 0 and at most 1, not {getattr(self, key)}"
+                )
+        if self.self_preservation_min_instances < 0:
+            raise SettingsError("self_preservation_min_instances: must not be negative")
         for key in ("replication_batch_size", "replication_max_pending"):
             if getattr(self, key) < 1:
                 raise SettingsError(f"{key}: must be at least 1, not {getattr(self, key)}")

@@ -1,10 +1,11 @@
-"""Background loops: one sync core call per tick, errors logged and survived."""
+"""Background loops: one core call per tick, errors logged and survived."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable
+import inspect
+from collections.abc import Awaitable, Callable
 
 import structlog
 
@@ -14,13 +15,16 @@ log = structlog.get_logger()
 
 
 async def run_every(
-    clock: Clock, interval: float, tick: Callable[[], object], *, name: str
+    clock: Clock, interval: float, tick: Callable[[], object | Awaitable[object]], *, name: str
 ) -> None:
-    """Call `tick` every `interval` seconds until cancelled; a failing tick does not stop it."""
+    """Call `tick` (and await what it returns, if anything) every `interval` seconds until
+    cancelled; a failing tick does not stop it."""
     while True:
         await clock.sleep(interval)
         try:
-            tick()
+            result = tick()
+            if inspect.isawaitable(result):
+                await result
         except Exception:
             log.exception(f"{name}_failed")
 

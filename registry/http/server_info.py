@@ -10,7 +10,7 @@ from xml.sax.saxutils import escape as xml_escape
 import orjson
 from aiohttp import web
 
-from registry.appkeys import CLOCK, CLUSTER, READS, REGISTRY, STARTED_AT
+from registry.appkeys import CLOCK, CLUSTER, PRESERVATION, READS, REGISTRY, STARTED_AT
 from registry.codec import Format
 from registry.codec.xml_codec import escape_name
 from registry.http.negotiation import payload, response_format
@@ -46,6 +46,10 @@ async def status(request: web.Request) -> web.Response:
             ),
         },
         "peers": peers,
+        # Why eviction runs or is held, with every input of the decision (contract 8).
+        "selfPreservation": request.app[PRESERVATION].status(
+            len(registry), request.app[CLOCK].monotonic()
+        ),
     }
     fmt = response_format(request)
     body = orjson.dumps(info) if fmt is Format.JSON else _xml(info)

@@ -26,7 +26,7 @@ from registry.errors import StaleReplica, UnknownInstance
 from registry.hashcode import reconcile_hash
 from registry.journal import DeltaJournal
 from registry.model import InstanceStatus
-from tests.registry.test_core import T0, make
+from tests.registry.test_core import T0, evict_expired, make
 
 APPS = st.sampled_from(["ORDERS", "PAYMENTS"])
 IDS = st.sampled_from(["a", "b", "c"])
@@ -94,7 +94,7 @@ class CachedRegistry(RuleBasedStateMachine):
     @rule(seconds=st.integers(1, 100))
     def time_passes_and_eviction_runs(self, seconds: int) -> None:
         self.now += seconds * 1000
-        self.registry.evict_expired(now_ms=self.now)
+        evict_expired(self.registry, now_ms=self.now)
 
     # Reads ---------------------------------------------------------------------------------
 
