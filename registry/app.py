@@ -17,6 +17,7 @@ from registry.appkeys import (
     CACHE,
     CLOCK,
     CLUSTER,
+    FEED,
     JOURNAL,
     PRESERVATION,
     READS,
@@ -28,6 +29,7 @@ from registry.cache import ResponseCache
 from registry.clock import Clock, SystemClock
 from registry.core import Registry
 from registry.eviction import Evictor
+from registry.feed import ChangeFeed
 from registry.gate import ReadGate
 from registry.http import add_routes
 from registry.journal import DeltaJournal
@@ -55,7 +57,9 @@ def create_app(
         sync_when_timestamp_differs=settings.sync_when_timestamp_differs,
     )
     journal = DeltaJournal(retention_ms=int(settings.delta_retention * 1000))
-    cache = ResponseCache(max_age=settings.response_cache_max_age)
+    cache = ResponseCache(
+        max_age=settings.response_cache_max_age, read_only=settings.use_read_only_response_cache
+    )
     preservation = SelfPreservation(
         enabled=settings.self_preservation,
         percent=settings.renewal_percent_threshold,
@@ -67,21 +71,30 @@ def create_app(
     registry.subscribe(journal.record)
     registry.subscribe(cache.invalidate)
     registry.subscribe(preservation.on_change)
+    feed = ChangeFeed(registry, clock)
+    registry.subscribe(feed.on_change)
     app[SETTINGS] = settings
     app[CLOCK] = clock
     app[REGISTRY] = registry
     app[JOURNAL] = journal
     app[CACHE] = cache
     app[PRESERVATION] = preservation
+    app[FEED] = feed
     app[STARTED_AT] = clock.monotonic()
     app[READS] = ReadGate()
     app[CLUSTER] = Cluster(registry, clock, settings)
     app[DIGESTS] = Digests(registry)
     add_routes(app)
+    app.on_shutdown.append(_end_watches)
     app.cleanup_ctx.append(_evictor)
     app.cleanup_ctx.append(_journal_cleaner)
     app.cleanup_ctx.append(_peers(reload))
     return app
+
+
+async def _end_watches(app: web.Application) -> None:
+    """Answer long-polls and end watch streams, so they do not hold up the shutdown."""
+    app[FEED].close()
 
 
 def _peers(reload: Reload | None) -> Callable[[web.Application], AsyncIterator[None]]:
@@ -169,14 +182,27 @@ async def _evictor(app: web.Application) -> AsyncIterator[None]:
 
 
 async def _journal_cleaner(app: web.Application) -> AsyncIterator[None]:
+    """Forgets old changes; refreshes the read-only cache layer when it is on."""
     clock, journal, cache = app[CLOCK], app[JOURNAL], app[CACHE]
 
     def clean() -> None:
         if journal.purge(now_ms=clock.wall_ms()):
             cache.drop_delta()
 
-    task = asyncio.create_task(
-        run_every(clock, app[SETTINGS].delta_cleanup_interval, clean, name="journal_cleanup")
-    )
+    settings = app[SETTINGS]
+    tasks = [
+        asyncio.create_task(
+            run_every(clock, settings.delta_cleanup_interval, clean, name="journal_cleanup")
+        )
+    ]
+    if settings.use_read_only_response_cache:
+        tasks.append(
+            asyncio.create_task(
+                run_every(
+                    clock, settings.response_cache_update_interval, cache.refresh, name="cache"
+                )
+            )
+        )
     yield
-    await cancel_and_wait(task)
+    for task in tasks:
+        await cancel_and_wait(task)

@@ -8,6 +8,7 @@ from peers.cluster import Cluster
 from registry.cache import ResponseCache
 from registry.clock import Clock
 from registry.core import Registry
+from registry.feed import ChangeFeed
 from registry.gate import ReadGate
 from registry.journal import DeltaJournal
 from registry.preservation import SelfPreservation
@@ -21,4 +22,5 @@ SETTINGS = web.AppKey("settings", Settings)
 READS = web.AppKey("reads", ReadGate)
 CLUSTER = web.AppKey("cluster", Cluster)
 PRESERVATION = web.AppKey("preservation", SelfPreservation)
+FEED = web.AppKey("feed", ChangeFeed)
 STARTED_AT = web.AppKey("started_at", float)  # monotonic seconds, for uptime

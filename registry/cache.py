@@ -1,14 +1,18 @@
-"""Encoded fetch payloads, kept until a change touches what they hold.
+"""Encoded fetch payloads, kept until a change touches what they hold (contract 10, 15).
 
-Keys name what a payload depends on: the whole registry (`apps`), the delta, one application,
-or a VIP. A change drops the whole-registry and delta payloads, its own application's, and
-every VIP payload (a re-registration may move an instance between VIPs). Heartbeats change
-nothing here, so a cached payload's `lastRenewalTimestamp` values are as of the last change;
-every status, registration and cancel is visible on the next read.
+Keys name what a payload depends on: the whole registry (`apps`), the delta, the changes since
+an index (`since`, for long-polls), one application, or a VIP. A change drops the whole-registry
+and delta payloads, its own application's, and those of the VIPs the instance had or has.
+Heartbeats change nothing here, so a cached payload's `lastRenewalTimestamp` values are as of
+the last change (and `max_age` old at most); every status, registration and cancel is visible on
+the next read.
 
 Payloads are built synchronously from the registry on a miss, so a build cannot interleave
-with a change. Gzip, the slow part for a large registry, runs in a thread, once per payload
-however many clients ask at the same time.
+with a change, and concurrent readers of a missing payload get one build. Gzip, the slow part
+for a large registry, runs in a thread, once per payload however many clients ask at once.
+
+Eureka's read-only layer is available (`read_only=True`): reads are then served from a copy
+that `refresh` brings up to date, every 30 s in Eureka, so a write takes that long to show.
 """
 
 from __future__ import annotations
@@ -17,40 +21,44 @@ import asyncio
 import gzip
 from collections.abc import Callable, Hashable, Iterable
 
-from registry.model import ChangeEvent
+from registry.model import ChangeEvent, InstanceInfo
 
 Key = tuple[Hashable, ...]
 
 APPS = "apps"
 DELTA = "delta"
+SINCE = "since"
 APP = "app"
 VIP = "vip"
 
 GZIP_LEVEL = 6
 
 
-class _Entry:
-    """One cached payload: its bytes, when they were built, and their gzip form once made."""
+class Payload:
+    """One cached document: its bytes, the registry index it shows, and its gzip form once made."""
 
-    __slots__ = ("body", "built_at", "gzipped")
+    __slots__ = ("body", "built_at", "gzipped", "index")
 
-    def __init__(self, body: bytes, built_at: float) -> None:
+    def __init__(self, body: bytes, index: int, built_at: float) -> None:
         self.body = body
+        self.index = index
         self.built_at = built_at
         self.gzipped: bytes | None = None
 
 
 class ResponseCache:
-    def __init__(self, *, max_age: float | None = None) -> None:
+    def __init__(self, *, max_age: float | None = None, read_only: bool = False) -> None:
         """`max_age` (seconds) bounds how old a document can be, change or not: heartbeats
         do not rebuild documents, so it also bounds the age of their lastRenewalTimestamps."""
         self._max_age = max_age
         # One entry per key, so a cached read costs a single lookup.
-        self._entries: dict[Key, _Entry] = {}
+        self._entries: dict[Key, Payload] = {}
         # Which keys a change can touch, so dropping them never scans the whole cache.
-        self._shared: set[Key] = set()  # registry, delta and VIP payloads: every change
-        self._by_app: dict[str, set[Key]] = {}  # per-application payloads: that app's changes
-        self._compressing: dict[Key, tuple[bytes, asyncio.Future[bytes]]] = {}
+        self._global: set[Key] = set()  # registry and delta payloads: every change
+        self._by_app: dict[str, set[Key]] = {}  # per-application payloads
+        self._by_vip: dict[str, set[Key]] = {}  # VIP payloads (both kinds), by VIP name
+        self._frozen: dict[Key, Payload] | None = {} if read_only else None
+        self._compressing: dict[Key, tuple[Payload, asyncio.Future[bytes]]] = {}
         self.hits = 0
         self.misses = 0
 
@@ -60,47 +68,51 @@ class ResponseCache:
         build: Callable[[], bytes],
         *,
         now: float = 0.0,
+        index: int = 0,
         keep: Callable[[], bool] | None = None,
-    ) -> bytes:
+    ) -> Payload:
         """The payload for `key`, built by `build` if it is not cached (or too old at `now`,
-        in monotonic seconds). A fresh build is kept unless `keep` says otherwise."""
-        entry = self._entries.get(key)
-        if entry is not None:
-            if self._max_age is None or now - entry.built_at <= self._max_age:
+        in monotonic seconds) and stamped with the registry `index`. A fresh build is kept
+        unless `keep` says otherwise."""
+        frozen = self._frozen if key[0] != SINCE else None
+        if frozen is not None and key in frozen:
+            self.hits += 1
+            return frozen[key]
+        payload = self._entries.get(key)
+        if payload is not None:
+            if self._max_age is None or now - payload.built_at <= self._max_age:
                 self.hits += 1
-                return entry.body
+                return payload
             self._drop((key,))
         self.misses += 1
-        body = build()
+        payload = Payload(build(), index, now)
         if keep is None or keep():
-            self._entries[key] = _Entry(body, now)
-            if key[0] == APP:
-                self._by_app.setdefault(str(key[1]), set()).add(key)
-            else:
-                self._shared.add(key)
-        return body
+            self._entries[key] = payload
+            self._index(key)
+            if frozen is not None:
+                frozen[key] = payload
+        return payload
 
-    def compressed(self, key: Key, body: bytes) -> bytes | None:
-        """`body`'s gzip form if it is cached already: the common case, without awaiting."""
-        entry = self._entries.get(key)
-        return entry.gzipped if entry is not None and entry.body is body else None
+    def _index(self, key: Key) -> None:
+        if key[0] == APP:
+            self._by_app.setdefault(str(key[1]), set()).add(key)
+        elif key[0] == VIP:
+            self._by_vip.setdefault(str(key[2]), set()).add(key)
+        else:
+            self._global.add(key)
 
-    async def gzipped(self, key: Key, body: bytes) -> bytes:
-        """`body` (the payload for `key`) gzip-compressed, compressed once and kept."""
-        cached = self.compressed(key, body)
-        if cached is not None:
-            return cached
+    async def gzipped(self, key: Key, payload: Payload) -> bytes:
+        """`payload` (the one for `key`) gzip-compressed, compressed once and kept with it."""
+        if payload.gzipped is not None:
+            return payload.gzipped
         in_flight = self._compressing.get(key)
-        if in_flight is None or in_flight[0] is not body:
-            task = asyncio.ensure_future(asyncio.to_thread(gzip.compress, body, GZIP_LEVEL))
+        if in_flight is None or in_flight[0] is not payload:
+            task = asyncio.ensure_future(asyncio.to_thread(gzip.compress, payload.body, GZIP_LEVEL))
             task.add_done_callback(lambda _: self._forget(key, task))
-            in_flight = self._compressing[key] = (body, task)
+            in_flight = self._compressing[key] = (payload, task)
         # Shielded: a waiting client that goes away must not cancel the others' compression.
-        compressed = await asyncio.shield(in_flight[1])
-        entry = self._entries.get(key)
-        if entry is not None and entry.body is body:  # still current: keep it for the next client
-            entry.gzipped = compressed
-        return compressed
+        payload.gzipped = await asyncio.shield(in_flight[1])
+        return payload.gzipped
 
     def _forget(self, key: Key, task: asyncio.Future[bytes]) -> None:
         in_flight = self._compressing.get(key)
@@ -109,15 +121,29 @@ class ResponseCache:
 
     def invalidate(self, event: ChangeEvent) -> None:
         """Registry listener: drop every payload the change makes stale."""
-        self._drop(self._shared)
-        self._shared = set()
-        self._drop(self._by_app.pop(event.lease.instance.app, ()))
+        self._drop(self._global)
+        self._global = set()
+        instance = event.lease.instance
+        self._drop(self._by_app.pop(instance.app, ()))
+        for name in _vip_names(instance) | _vip_names(event.previous):
+            self._drop(self._by_vip.pop(name, ()))
 
     def drop_delta(self) -> None:
         """The journal forgot old changes: delta payloads must be rebuilt."""
-        stale = {key for key in self._shared if key[0] == DELTA}
+        stale = {key for key in self._global if key[0] in (DELTA, SINCE)}
         self._drop(stale)
-        self._shared -= stale
+        self._global -= stale
+
+    def refresh(self) -> None:
+        """The read-only layer's timer: serve the current payloads from now on."""
+        if self._frozen is None:
+            return
+        for key in list(self._frozen):
+            current = self._entries.get(key)
+            if current is None:
+                del self._frozen[key]  # rebuilt, and frozen again, by the next read
+            else:
+                self._frozen[key] = current
 
     def _drop(self, keys: Iterable[Key]) -> None:
         for key in keys:
@@ -125,3 +151,13 @@ class ResponseCache:
 
     def __len__(self) -> int:
         return len(self._entries)
+
+
+def _vip_names(instance: InstanceInfo | None) -> set[str]:
+    if instance is None:
+        return set()
+    names = set()
+    for address in (instance.vip_address, instance.secure_vip_address):
+        if address:
+            names.update(address.split(","))
+    return names

@@ -65,6 +65,7 @@ class Registry:
         self._sync_dirty = sync_when_timestamp_differs
         self.index = 0
         self.renewals = 0  # heartbeats accepted since start, client and replicated
+        self._hash = (-1, "")  # (index, reconcile hash at that index)
         self.outbox: Outbox | None = None
 
     def subscribe(self, listener: Listener) -> None:
@@ -339,7 +340,13 @@ class Registry:
             yield from leases.values()
 
     def reconcile_hash(self) -> str:
-        return reconcile_hash(lease.instance.status for lease in self.leases())
+        """`apps__hashcode` of the whole registry; computed once per registry index."""
+        if self._hash[0] != self.index:
+            self._hash = (
+                self.index,
+                reconcile_hash(lease.instance.status for lease in self.leases()),
+            )
+        return self._hash[1]
 
     def overrides(self) -> Mapping[str, InstanceStatus]:
         return types.MappingProxyType(self._overrides)

@@ -7,6 +7,7 @@ RegistryError               500  a bug: never raised on purpose for bad input
 ├── UnknownApplication      404  no instance of that application
 ├── NotServed               403  a read this node does not serve now (delta disabled)
 │   └── NotSynced           403  ... because it has not copied the registry from its peers yet
+├── IndexExpired            410  a watch or long-poll asks for changes no longer kept
 └── StaleReplica            409  a peer holds older data than ours; it gets our copy
 """
 
@@ -50,6 +51,10 @@ class NotServed(RegistryError):
 
 
 class NotSynced(NotServed):
+    pass
+
+
+class IndexExpired(RegistryError):
     pass
 
 

@@ -10,7 +10,7 @@ from registry.codec import Format, encode_application, encode_applications
 from registry.core import Registry
 from registry.hashcode import reconcile_hash
 from registry.journal import DeltaJournal
-from registry.model import Lease
+from registry.model import Lease, LeaseSnapshot
 
 # A full fetch always says "1": clients treat "-1" as "never fetch deltas" (contract 9.3).
 FULL_FETCH_VERSION = "1"
@@ -34,6 +34,15 @@ def delta(registry: Registry, journal: DeltaJournal, fmt: Format, *, now_ms: int
         journal.recent(now_ms=now_ms),
         version=str(registry.index),
         hashcode=registry.reconcile_hash(),
+    )
+
+
+def changes(
+    registry: Registry, changed: list[tuple[str, list[LeaseSnapshot]]], fmt: Format
+) -> bytes:
+    """A delta of the changes a long-poll asked for, versioned and hashed like `delta`."""
+    return encode_applications(
+        fmt, changed, version=str(registry.index), hashcode=registry.reconcile_hash()
     )
 
 

@@ -49,6 +49,9 @@ class Settings:
     delta_cleanup_interval: float = 30 * SECONDS
     # Fetch documents are rebuilt on every change, and at the latest after this long
     response_cache_max_age: float = 30 * SECONDS
+    # Eureka's read-only layer: reads lag writes by up to the update interval
+    use_read_only_response_cache: bool = False
+    response_cache_update_interval: float = 30 * SECONDS
     # Peers: other nodes' base URLs (http://10.0.0.2:8761/eureka/); this node skips itself
     peers: tuple[str, ...] = ()
     my_url: str = ""  # this node's own URL, when peers name it in a way it cannot recognise
@@ -79,6 +82,7 @@ class Settings:
             "delta_retention",
             "delta_cleanup_interval",
             "response_cache_max_age",
+            "response_cache_update_interval",
             "replication_batch_delay",
             "replication_change_delay",
             "replication_max_backoff",

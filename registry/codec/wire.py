@@ -32,6 +32,8 @@ from registry.model import (
 # Marks a call as replication from a peer. An istr spares the case-insensitive header lookup
 # from folding the name on every request.
 REPLICATION_HEADER = istr("x-netflix-discovery-replication")
+# Ours: the registry index a response was made at, for long-polls and watches to resume from.
+INDEX_HEADER = istr("X-Registry-Index")
 DATA_CENTER_NAMES = ("Netflix", "Amazon", "MyOwn")
 DATA_CENTER_CLASSES = (
     DEFAULT_DATA_CENTER_CLASS,

@@ -8,12 +8,16 @@ from __future__ import annotations
 from aiohttp import web
 
 from registry import cache, payloads
-from registry.appkeys import CACHE, CLOCK, JOURNAL, READS, REGISTRY, SETTINGS
+from registry.appkeys import CACHE, CLOCK, FEED, JOURNAL, READS, REGISTRY, SETTINGS
 from registry.codec import encode_instance
-from registry.errors import NotServed, UnknownApplication
+from registry.core import Registry
+from registry.errors import IndexExpired, NotServed, UnknownApplication
 from registry.http import params
 from registry.http.negotiation import cached_payload, payload, response_format
+from registry.journal import DeltaJournal
 from registry.model import Lease
+
+MAX_WAIT = 300.0  # seconds a long-poll or watch is held at most; longer waits are cut to this
 
 
 async def full_registry(request: web.Request) -> web.Response:
@@ -27,7 +31,8 @@ async def full_registry(request: web.Request) -> web.Response:
 
 
 async def delta(request: web.Request) -> web.Response:
-    """GET apps/delta"""
+    """GET apps/delta; with `?index=N` the changes after index N only, and with `&wait=30s`
+    held until there are some (a long-poll), or answered empty when the wait is over."""
     request.app[READS].check()
     if request.app[SETTINGS].disable_delta:
         raise NotServed("deltas are disabled on this server; fetch apps/ instead")
@@ -35,11 +40,50 @@ async def delta(request: web.Request) -> web.Response:
     if journal.purge(now_ms=clock.wall_ms()):  # cheap when nothing is due: retention is exact
         request.app[CACHE].drop_delta()
     fmt = response_format(request)
+    query = params.query_string(request)
+    since = params.registry_index(params.query_value(query, "index"), "index")
+    wait = params.wait_seconds(query)
+    if since is None and wait is None:
+        return await cached_payload(
+            request,
+            (cache.DELTA,),
+            fmt,
+            lambda: payloads.delta(registry, journal, fmt, now_ms=clock.wall_ms()),
+        )
+    if since is None:
+        since = registry.index
+    check_index(registry, journal, since)
+    if wait and registry.index <= since:
+        feed = request.app[FEED]
+        feed.polls += 1
+        try:
+            await feed.wait_past(since, min(wait, MAX_WAIT))
+        finally:
+            feed.polls -= 1
+    changed = journal.since(since)
+    if changed is None:  # the wait outlasted the journal's memory of index `since`
+        raise IndexExpired(forgotten(journal, since))
     return await cached_payload(
-        request,
-        (cache.DELTA,),
-        fmt,
-        lambda: payloads.delta(registry, journal, fmt, now_ms=clock.wall_ms()),
+        request, (cache.SINCE, since), fmt, lambda: payloads.changes(registry, changed, fmt)
+    )
+
+
+def check_index(registry: Registry, journal: DeltaJournal, index: int) -> None:
+    """Refuse (410) an index whose later changes this node cannot list."""
+    if index > registry.index:
+        raise IndexExpired(
+            f"index {index} is ahead of this node's {registry.index} (another node's, or from "
+            "before a restart); fetch apps/ in full and go on from its X-Registry-Index"
+        )
+    if index < journal.forgotten_index:
+        raise IndexExpired(forgotten(journal, index))
+
+
+def forgotten(journal: DeltaJournal, index: int) -> str:
+    return (
+        f"changes after index {index} are no longer kept (they go after "
+        f"{journal.retention_ms // 1000} s); fetch apps/ in full and go on from its "
+        "X-Registry-Index"
     )
 
 

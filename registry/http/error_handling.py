@@ -20,6 +20,8 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 
 from registry import errors
+from registry.codec.wire import INDEX_HEADER
+from registry.core import Registry
 
 log = structlog.get_logger()
 
@@ -31,6 +33,7 @@ STATUS_FOR: dict[type, int] = {
     errors.UnknownApplication: 404,
     errors.NotServed: 403,
     errors.StaleReplica: 409,
+    errors.IndexExpired: 410,
 }
 
 _HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 413: "body_too_large"}
@@ -48,28 +51,32 @@ def error_response(status: int, error: str, detail: str, **extra: Any) -> web.Re
     return web.Response(status=status, body=orjson.dumps(body), content_type="application/json")
 
 
-def json_errors(handler: Handler) -> Handler:
-    """`handler`, with every error it raises answered as JSON."""
+def json_errors(handler: Handler, registry: Registry) -> Handler:
+    """`handler`, with every error it raises answered as JSON, and every response carrying
+    the registry index (`X-Registry-Index`) unless the handler set it."""
 
     @functools.wraps(handler)
     async def wrapper(request: web.Request) -> web.StreamResponse:
         try:
-            return await handler(request)
+            response = await handler(request)
         except errors.BadInput as exc:
-            return error_response(status_for(exc), exc.code, exc.detail, field=exc.field)
+            response = error_response(status_for(exc), exc.code, exc.detail, field=exc.field)
         except errors.RegistryError as exc:
             status = status_for(exc)
             if status == 500:
                 log.exception("request_failed", method=request.method, path=request.path)
-            return error_response(status, exc.code, str(exc))
+            response = error_response(status, exc.code, str(exc))
         except web.HTTPException as exc:
             if exc.status < 400:
                 raise
             code = _HTTP_CODES.get(exc.status, f"http_{exc.status}")
-            return error_response(exc.status, code, _detail(request, exc))
+            response = error_response(exc.status, code, _detail(request, exc))
         except Exception:
             log.exception("request_failed", method=request.method, path=request.path)
-            return error_response(500, "internal_error", "unexpected error; see the server log")
+            response = error_response(500, "internal_error", "unexpected error; see the server log")
+        if not response.prepared and INDEX_HEADER not in response.headers:
+            response.headers[INDEX_HEADER] = str(registry.index)
+        return response
 
     return wrapper
 

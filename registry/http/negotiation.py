@@ -7,12 +7,12 @@ from typing import Any
 
 from aiohttp import hdrs, web
 
-from registry.appkeys import CACHE, CLOCK
+from registry.appkeys import CACHE, CLOCK, REGISTRY
 from registry.cache import Key
 from registry.codec import Format, json_codec, xml_codec
+from registry.codec.wire import INDEX_HEADER
 from registry.errors import BadInput, UnsupportedMediaType
 
-_GZIP = {hdrs.CONTENT_ENCODING: "gzip"}
 _READABLE_CHARSETS = (None, "utf-8", "utf8", "iso-8859-1")
 # Types that say nothing about the body (HTTP libraries' and curl's defaults): look at it instead.
 _UNSPECIFIED = ("application/octet-stream", "application/x-www-form-urlencoded")
@@ -31,14 +31,22 @@ async def cached_payload(
     *,
     keep: Callable[[], bool] | None = None,
 ) -> web.Response:
-    """A cached document (built by `build` on a miss), with its cached gzip form when asked."""
+    """A cached document (built by `build` on a miss), with its cached gzip form when asked.
+
+    Its `X-Registry-Index` is the index the document shows, which is older than the registry's
+    when Eureka's read-only cache layer serves it.
+    """
     state, full_key = request.app, (*key, fmt)
     cache = state[CACHE]
-    body = cache.get(full_key, build, now=state[CLOCK].monotonic(), keep=keep)
+    cached = cache.get(
+        full_key, build, now=state[CLOCK].monotonic(), index=state[REGISTRY].index, keep=keep
+    )
+    headers = {INDEX_HEADER: str(cached.index)}
     if "gzip" in request.headers.get(hdrs.ACCEPT_ENCODING, ""):
-        compressed = cache.compressed(full_key, body) or await cache.gzipped(full_key, body)
-        return web.Response(body=compressed, content_type=fmt.content_type, headers=_GZIP)
-    return web.Response(body=body, content_type=fmt.content_type)
+        headers[hdrs.CONTENT_ENCODING] = "gzip"
+        compressed = cached.gzipped or await cache.gzipped(full_key, cached)
+        return web.Response(body=compressed, content_type=fmt.content_type, headers=headers)
+    return web.Response(body=cached.body, content_type=fmt.content_type, headers=headers)
 
 
 def payload(request: web.Request, fmt: Format, body: bytes, *, status: int = 200) -> web.Response:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from urllib.parse import unquote_plus
 
 from aiohttp import web
@@ -12,6 +13,8 @@ from registry.errors import BadInput
 from registry.model import InstanceStatus
 
 _LAST_DIRTY = "lastDirtyTimestamp="
+_DURATION = re.compile(r"(\d{1,9}(?:\.\d{1,3})?)(ms|s|m)?")
+_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, None: 1.0}
 
 
 def is_replication(request: web.Request) -> bool:
@@ -70,3 +73,23 @@ def optional_status(request: web.Request) -> InstanceStatus | None:
     if raw is None or raw == "":
         return None
     return wire.status(raw, "value", default=InstanceStatus.UNKNOWN)
+
+
+def registry_index(raw: str | None, field: str) -> int | None:
+    """A registry index (from `?index=` or `Last-Event-ID`), None when not given."""
+    if raw is None or raw == "":
+        return None
+    if not raw.isdecimal() or len(raw) > 18:
+        raise BadInput(field, f"{raw!r} is not a registry index (a non-negative integer)")
+    return int(raw)
+
+
+def wait_seconds(query: str) -> float | None:
+    """`?wait=` as seconds: 30s, 500ms, 2m, or a bare number of seconds."""
+    raw = query_value(query, "wait")
+    if raw is None:
+        return None
+    match = _DURATION.fullmatch(raw.strip())
+    if match is None:
+        raise BadInput("wait", f"{raw!r} is not a duration such as 30s, 500ms or 2m")
+    return float(match[1]) * _UNIT_SECONDS[match[2]]

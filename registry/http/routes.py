@@ -10,7 +10,7 @@ from aiohttp.typedefs import Handler
 
 from peers import batch_handler, digest
 from registry.appkeys import CLOCK, REGISTRY
-from registry.http import admin_api, client_api, discovery_api, server_info
+from registry.http import admin_api, client_api, discovery_api, server_info, watch_api
 from registry.http.error_handling import json_errors, method_not_allowed, no_such_endpoint
 
 PREFIXES = ("/eureka", "/eureka/v2", "/eureka/v1")
@@ -42,6 +42,7 @@ def routes(app: web.Application) -> dict[str, dict[str, Handler]]:
         "/vips/{vip}": {"GET": discovery_api.vip},
         "/svips/{vip}": {"GET": discovery_api.secure_vip},
         "/status": {"GET": server_info.status},
+        "/watch": {"GET": watch_api.watch},
         "/peerreplication/batch": {"POST": batch_handler.batch},
         "/peerreplication/digest": {"GET": digest.digests},
     }
@@ -73,5 +74,5 @@ def _add(app: web.Application, path: str, methods: dict[str, Handler]) -> None:
         methods = {**methods, "HEAD": methods["GET"]}
     resource = app.router.add_resource(path)
     for method, handler in methods.items():
-        resource.add_route(method, json_errors(handler))
+        resource.add_route(method, json_errors(handler, app[REGISTRY]))
     resource.add_route("*", method_not_allowed(list(methods)))

@@ -8,7 +8,7 @@ import gzip
 import pytest
 
 from registry.appkeys import CACHE
-from registry.cache import APP, APPS, DELTA, VIP, ResponseCache
+from registry.cache import APP, APPS, DELTA, SINCE, VIP, ResponseCache
 from registry.core import Registry
 from tests.helpers import JSON, register
 from tests.registry.test_core import T0, make
@@ -24,19 +24,40 @@ class TestGet:
         """A payload is built on the first read only."""
         builds = []
         for _ in range(3):
-            assert b"x" == cache.get((APPS, "json"), lambda: builds.append(1) or b"x")
+            assert b"x" == cache.get((APPS, "json"), lambda: builds.append(1) or b"x").body
         assert (1, 1, 2) == (len(builds), cache.misses, cache.hits)
 
 
 class TestInvalidate:
     def test_change_drops_what_it_touches_and_keeps_other_apps(self, cache):
-        """A change in ORDERS drops the registry, delta, ORDERS and VIP payloads, not PAYMENTS."""
+        """A change in ORDERS drops the registry, delta, ORDERS and its VIP's payloads; not
+        PAYMENTS' or another VIP's."""
         registry = Registry()
         registry.subscribe(cache.invalidate)
-        for key in [(APPS,), (DELTA,), (APP, "ORDERS"), (APP, "PAYMENTS"), (VIP, False, "orders")]:
+        keys = [
+            (APPS,),
+            (DELTA,),
+            (SINCE, 3),
+            (APP, "ORDERS"),
+            (APP, "PAYMENTS"),
+            (VIP, False, "orders"),
+            (VIP, True, "orders"),
+            (VIP, False, "payments"),
+        ]
+        for key in keys:
             cache.get(key, lambda: b"old")
-        registry.register(make(app="ORDERS"), now_ms=T0)
-        assert [(APP, "PAYMENTS")] == list(cache._entries)
+        registry.register(make(app="ORDERS", vip_address="orders"), now_ms=T0)
+        assert [(APP, "PAYMENTS"), (VIP, False, "payments")] == list(cache._entries)
+
+    def test_an_instance_leaving_a_vip_drops_the_old_and_the_new_vip(self, cache):
+        """Re-registered under another VIP: both VIP payloads are stale."""
+        registry = Registry()
+        registry.register(make(vip_address="blue,red"), now_ms=T0)
+        registry.subscribe(cache.invalidate)
+        for vip in ("blue", "red", "green", "yellow"):
+            cache.get((VIP, False, vip), lambda: b"old")
+        registry.register(make(vip_address="green"), now_ms=T0 + 1)
+        assert [(VIP, False, "yellow")] == list(cache._entries)
 
     def test_heartbeats_drop_nothing(self, cache):
         """A renewal is not a change: cached payloads stay."""
@@ -67,8 +88,32 @@ class TestMaxAge:
     def test_keep_false_answers_without_storing(self):
         """A document its caller says not to keep is returned but not cached."""
         cache = ResponseCache()
-        assert b"x" == cache.get((VIP, False, "nobody"), lambda: b"x", keep=lambda: False)
+        assert b"x" == cache.get((VIP, False, "nobody"), lambda: b"x", keep=lambda: False).body
         assert 0 == len(cache)
+
+
+class TestReadOnlyLayer:
+    def test_reads_lag_writes_until_the_refresh(self):
+        """Eureka's layer on request: a change shows only after the next refresh."""
+        cache = ResponseCache(read_only=True)
+        registry = Registry()
+        registry.subscribe(cache.invalidate)
+        assert b"v1" == cache.get((APPS,), lambda: b"v1", index=1).body
+        registry.register(make(), now_ms=T0)
+        assert b"v1" == cache.get((APPS,), lambda: b"v2", index=2).body
+        cache.refresh()
+        assert (b"v2", 2) == (lambda p: (p.body, p.index))(
+            cache.get((APPS,), lambda: b"v2", index=2)
+        )
+        assert b"v2" == cache.get((APPS,), lambda: b"v3", index=3).body
+
+    def test_long_poll_payloads_bypass_it(self):
+        cache = ResponseCache(read_only=True)
+        registry = Registry()
+        registry.subscribe(cache.invalidate)
+        cache.get((SINCE, 0), lambda: b"v1")
+        registry.register(make(), now_ms=T0)
+        assert b"v2" == cache.get((SINCE, 0), lambda: b"v2").body
 
 
 class TestGzip:

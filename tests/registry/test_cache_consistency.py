@@ -101,7 +101,7 @@ class CachedRegistry(RuleBasedStateMachine):
     def served(self, key: tuple[Any, ...], build: Any) -> bytes:
         if key[0] == cache.DELTA and self.journal.purge(now_ms=self.now):
             self.cache.drop_delta()  # as the delta handler does before reading
-        return self.cache.get(key, build)
+        return self.cache.get(key, build).body
 
     @invariant()
     def cached_payloads_match_fresh_ones(self) -> None:

@@ -1,0 +1,80 @@
+"""The change feed: wakes long-polls and watch streams when the registry changes.
+
+One `asyncio.Event` stands for "the registry changed since you looked": every change sets it
+and puts a fresh one in its place, so any number of waiters cost nothing until a change, and a
+burst of changes (an eviction sweep) wakes each waiter once per loop turn, not once per change.
+What changed is read from the delta journal by index; the feed keeps each change's watch event
+encoded once for every stream that sends it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import orjson
+
+from registry.clock import Clock
+from registry.codec.json_codec import instance_dict
+from registry.core import Registry
+from registry.model import ChangeEvent
+from registry.tasks import wait_set
+
+_KEEP_ENCODED = 10_000  # encoded events kept for streams that are behind
+
+
+class ChangeFeed:
+    def __init__(self, registry: Registry, clock: Clock) -> None:
+        self._registry = registry
+        self._clock = clock
+        self._changed = asyncio.Event()
+        self._encoded: dict[int, bytes] = {}
+        self.closed = False
+        self.watchers = 0  # open watch streams
+        self.polls = 0  # long-polls waiting
+
+    def on_change(self, event: ChangeEvent) -> None:
+        """Registry listener: wake everyone waiting."""
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    def close(self) -> None:
+        """The server is stopping: wake every waiter for good."""
+        self.closed = True
+        self._changed.set()
+
+    async def wait_past(self, index: int, timeout: float) -> bool:
+        """Wait until the registry index passes `index`, `timeout` seconds have gone by or the
+        feed closes; whether the index has passed."""
+        deadline = self._clock.monotonic() + timeout
+        while self._registry.index <= index and not self.closed:
+            remaining = deadline - self._clock.monotonic()
+            if remaining <= 0:
+                break
+            await wait_set(self._clock, self._changed, remaining)
+        return self._registry.index > index
+
+    def encoded(self, event: ChangeEvent) -> bytes:
+        """`event` as a Server-Sent Event, encoded once for every stream."""
+        body = self._encoded.get(event.index)
+        if body is None:
+            if len(self._encoded) >= 2 * _KEEP_ENCODED:  # forget the older half
+                for old in list(self._encoded)[:_KEEP_ENCODED]:
+                    del self._encoded[old]
+            instance = event.lease.instance
+            data = orjson.dumps(
+                {
+                    "index": event.index,
+                    "action": event.action.value,
+                    "app": instance.app,
+                    "instanceId": instance.instance_id,
+                    "instance": instance_dict(event.lease),
+                }
+            )
+            body = self._encoded[event.index] = sse(data, event=event.action.value, id=event.index)
+        return body
+
+
+def sse(data: bytes, *, event: str, id: int | None = None) -> bytes:
+    """One Server-Sent Event; `data` is a single line of JSON."""
+    head = f"event: {event}\n" if id is None else f"id: {id}\nevent: {event}\n"
+    return head.encode() + b"data: " + data + b"\n\n"

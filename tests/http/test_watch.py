@@ -1,0 +1,285 @@
+"""Watches: the long-poll delta, the SSE stream, and X-Registry-Index on every response."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import aiohttp
+import orjson
+import pytest
+from aiohttp import ClientResponse
+
+from registry import Settings
+from registry.appkeys import FEED
+from tests.helpers import JSON, fetch_json, register, registry_of
+
+INDEX = "X-Registry-Index"
+
+
+async def index_of(client) -> int:
+    return int((await client.get("/eureka/apps", headers=JSON)).headers[INDEX])
+
+
+async def settle() -> None:
+    for _ in range(10):
+        await asyncio.sleep(0)
+
+
+class TestIndexHeader:
+    async def test_every_registry_response_carries_the_index(self, client):
+        """Writes, reads and errors all say the index the registry is at."""
+        await register(client)
+        responses = [
+            await client.put("/eureka/apps/ORDERS/i-1"),
+            await client.get("/eureka/apps", headers=JSON),
+            await client.get("/eureka/apps/delta", headers=JSON),
+            await client.get("/eureka/apps/ORDERS/i-1", headers=JSON),
+            await client.get("/eureka/apps/NOPE", headers=JSON),
+            await client.put("/eureka/apps/ORDERS/i-1/status?value=DOWN"),
+        ]
+        assert ["1", "1", "1", "1", "1", "2"] == [r.headers[INDEX] for r in responses]
+
+    async def test_a_cached_document_says_the_index_it_shows(self, client):
+        await register(client)
+        first = await client.get("/eureka/apps", headers=JSON)
+        await register(client, iid="i-2")
+        second = await client.get("/eureka/apps", headers=JSON)
+        assert ("1", "2") == (first.headers[INDEX], second.headers[INDEX])
+
+
+class TestLongPoll:
+    async def test_answers_as_soon_as_the_index_passes(self, client):
+        """Held while nothing changes; answered with just the new change when one comes."""
+        await register(client)
+        start = await index_of(client)
+        poll = asyncio.ensure_future(
+            client.get(f"/eureka/apps/delta?index={start}&wait=30s", headers=JSON)
+        )
+        await settle()
+        assert not poll.done()
+        assert 1 == client.app[FEED].polls
+        await register(client, iid="i-2")
+        response = await asyncio.wait_for(poll, 5)
+        doc = (await response.json())["applications"]
+        assert ["i-2"] == [i["instanceId"] for a in doc["application"] for i in a["instance"]]
+        assert str(start + 1) == response.headers[INDEX] == doc["versions__delta"]
+        assert registry_of(client).reconcile_hash() == doc["apps__hashcode"]
+
+    async def test_answers_empty_at_the_timeout(self, client, clock):
+        await register(client)
+        start = await index_of(client)
+        poll = asyncio.ensure_future(
+            client.get(f"/eureka/apps/delta?index={start}&wait=30s", headers=JSON)
+        )
+        await settle()
+        await clock.advance(29)
+        assert not poll.done()
+        await clock.advance(1)
+        response = await asyncio.wait_for(poll, 5)
+        doc = (await response.json())["applications"]
+        assert ([], str(start)) == (doc["application"], response.headers[INDEX])
+
+    async def test_an_index_already_passed_answers_at_once_with_what_changed_since(self, client):
+        await register(client)
+        start = await index_of(client)
+        await register(client, iid="i-2")
+        await client.put("/eureka/apps/ORDERS/i-1/status?value=OUT_OF_SERVICE")
+        doc = await fetch_json(client, f"/eureka/apps/delta?index={start}&wait=30s")
+        instances = [i for a in doc["applications"]["application"] for i in a["instance"]]
+        assert [("i-2", "ADDED"), ("i-1", "MODIFIED")] == [
+            (i["instanceId"], i["actionType"]) for i in instances
+        ]
+
+    async def test_wait_alone_waits_for_the_next_change(self, client, clock):
+        await register(client)
+        poll = asyncio.ensure_future(client.get("/eureka/apps/delta?wait=5s", headers=JSON))
+        await settle()
+        await client.delete("/eureka/apps/ORDERS/i-1")
+        doc = await (await asyncio.wait_for(poll, 5)).json()
+        instances = doc["applications"]["application"][0]["instance"]
+        assert [("i-1", "DELETED")] == [(i["instanceId"], i["actionType"]) for i in instances]
+
+    async def test_xml_and_gzip_long_polls(self, client):
+        await register(client)
+        start = await index_of(client)
+        await register(client, iid="i-2")
+        response = await client.get(
+            f"/eureka/apps/delta?index={start}", headers={"Accept-Encoding": "gzip"}
+        )
+        assert "gzip" == response.headers["Content-Encoding"]
+        assert b"<instanceId>i-2</instanceId>" in await response.read()
+
+    @pytest.mark.parametrize("wait", ["10m", "3600", "301s"])
+    async def test_waits_are_cut_to_five_minutes(self, client, clock, wait):
+        start = await index_of(client)
+        poll = asyncio.ensure_future(client.get(f"/eureka/apps/delta?index={start}&wait={wait}"))
+        await settle()
+        await clock.advance(299)
+        assert not poll.done()
+        await clock.advance(1)
+        assert 200 == (await asyncio.wait_for(poll, 5)).status
+
+    @pytest.mark.parametrize(
+        ("query", "field"),
+        [
+            ("index=abc", "index"),
+            ("index=-1", "index"),
+            ("wait=forever", "wait"),
+            ("wait=1h", "wait"),
+        ],
+    )
+    async def test_bad_parameters_are_400(self, client, query, field):
+        response = await client.get(f"/eureka/apps/delta?{query}")
+        body = await response.json()
+        assert (400, field) == (response.status, body["field"])
+
+    async def test_an_index_ahead_of_the_node_is_410(self, client):
+        response = await client.get("/eureka/apps/delta?index=99&wait=1s")
+        body = await response.json()
+        assert (410, "index_expired") == (response.status, body["error"])
+        assert "ahead of this node's 0" in body["detail"]
+
+    async def test_an_index_the_journal_forgot_is_410(self, client, clock):
+        await register(client)
+        await clock.advance(200)  # past the 180 s retention
+        await register(client, iid="i-2")
+        response = await client.get("/eureka/apps/delta?index=0")
+        body = await response.json()
+        assert (410, "index_expired") == (response.status, body["error"])
+        assert "no longer kept" in body["detail"]
+
+    async def test_shutdown_answers_waiting_polls(self, client):
+        poll = asyncio.ensure_future(client.get("/eureka/apps/delta?index=0&wait=60s"))
+        await settle()
+        client.app[FEED].close()
+        assert 200 == (await asyncio.wait_for(poll, 5)).status
+
+
+async def next_event(response: ClientResponse) -> dict[str, Any]:
+    """The next event (or comment) of a stream, as its fields; data parsed as JSON."""
+    raw = await asyncio.wait_for(response.content.readuntil(b"\n\n"), 5)
+    fields: dict[str, Any] = {}
+    for line in raw.decode().strip("\n").split("\n"):
+        name, _, value = line.partition(": ") if not line.startswith(":") else ("", "", line)
+        if not name:
+            fields["comment"] = line
+        elif name == "data":
+            fields["data"] = orjson.loads(value)
+        else:
+            fields[name] = value
+    return fields
+
+
+class TestWatchStream:
+    async def open(self, client, **headers: str) -> ClientResponse:
+        response = await client.get("/eureka/watch", headers=headers)
+        assert 200 == response.status
+        assert response.headers["Content-Type"].startswith("text/event-stream")
+        return response
+
+    async def test_every_change_arrives_in_order(self, client):
+        stream = await self.open(client)
+        hello = await next_event(stream)
+        assert ("watching", "0", {"index": 0}) == (hello["event"], hello["id"], hello["data"])
+        await register(client)
+        await client.put("/eureka/apps/ORDERS/i-1")  # a heartbeat changes nothing: no event
+        await client.put("/eureka/apps/ORDERS/i-1/status?value=OUT_OF_SERVICE")
+        await client.delete("/eureka/apps/ORDERS/i-1/status")
+        await client.delete("/eureka/apps/ORDERS/i-1")
+        events = [await next_event(stream) for _ in range(4)]
+        assert [
+            ("1", "ADDED", "UP"),
+            ("2", "MODIFIED", "OUT_OF_SERVICE"),
+            ("3", "MODIFIED", "UNKNOWN"),
+            ("4", "DELETED", "UNKNOWN"),
+        ] == [(e["id"], e["event"], e["data"]["instance"]["status"]) for e in events]
+        assert {("ORDERS", "i-1")} == {(e["data"]["app"], e["data"]["instanceId"]) for e in events}
+        stream.close()
+
+    async def test_resumes_after_last_event_id(self, client):
+        for n in range(5):
+            await register(client, iid=f"i-{n}")
+        stream = await self.open(client, **{"Last-Event-ID": "3"})
+        assert "3" == (await next_event(stream))["id"]
+        assert ["4", "5"] == [(await next_event(stream))["id"] for _ in range(2)]
+        stream.close()
+
+    async def test_index_parameter_resumes_too(self, client):
+        for n in range(3):
+            await register(client, iid=f"i-{n}")
+        response = await client.get("/eureka/watch?index=2")
+        assert "watching" == (await next_event(response))["event"]
+        assert "3" == (await next_event(response))["id"]
+        response.close()
+
+    async def test_a_client_behind_the_journal_is_told_to_refetch(self, client, clock):
+        await register(client)
+        await clock.advance(200)
+        await register(client, iid="i-2")
+        stream = await self.open(client, **{"Last-Event-ID": "0"})
+        reset = await next_event(stream)
+        assert ("reset", "index_expired", 3) == (  # i-1 added, evicted; i-2 added
+            reset["event"],
+            reset["data"]["error"],
+            reset["data"]["index"],
+        )
+        assert b"" == await asyncio.wait_for(stream.content.read(), 5)  # the stream ended
+
+    async def test_watchers_are_counted_until_they_go(self, client):
+        stream = await self.open(client)
+        await next_event(stream)
+        assert 1 == client.app[FEED].watchers
+        stream.close()
+        await register(client)  # the next write finds the client gone
+        for _ in range(50):
+            if client.app[FEED].watchers == 0:
+                break
+            await asyncio.sleep(0.01)
+        assert 0 == client.app[FEED].watchers
+
+    async def test_idle_streams_get_keepalive_comments(self, client, clock):
+        stream = await self.open(client)
+        await next_event(stream)
+        await settle()
+        await clock.advance(15)
+        assert ": keepalive" == (await next_event(stream))["comment"]
+        stream.close()
+
+    async def test_a_bad_last_event_id_is_400(self, client):
+        response = await client.get("/eureka/watch", headers={"Last-Event-ID": "x"})
+        assert (400, "Last-Event-ID") == (response.status, (await response.json())["field"])
+
+    async def test_hundreds_of_watchers_all_see_a_change(self, client):
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
+            streams = [await session.get(client.make_url("/eureka/watch")) for _ in range(300)]
+            for stream in streams:
+                await next_event(stream)
+            assert 300 == client.app[FEED].watchers
+            await register(client)
+            events = await asyncio.gather(*(next_event(stream) for stream in streams))
+            assert {("1", "ADDED")} == {(e["id"], e["event"]) for e in events}
+            for stream in streams:
+                stream.close()
+
+    async def test_shutdown_ends_the_streams(self, client):
+        stream = await self.open(client)
+        await next_event(stream)
+        client.app[FEED].close()
+        await settle()
+        assert b"" == await asyncio.wait_for(stream.content.read(), 5)
+
+
+class TestReadOnlyLayerOverHttp:
+    @pytest.fixture
+    def settings(self) -> Settings:
+        return Settings(use_read_only_response_cache=True, response_cache_update_interval=30)
+
+    async def test_writes_show_after_the_refresh(self, client, clock):
+        await register(client)
+        first = await fetch_json(client, "/eureka/apps")
+        await register(client, iid="i-2")
+        assert first == await fetch_json(client, "/eureka/apps")
+        await clock.advance(30)
+        doc = await fetch_json(client, "/eureka/apps")
+        assert 2 == len(doc["applications"]["application"][0]["instance"])
