@@ -172,9 +172,10 @@ class SelfPreservation:
         if not self.enabled:
             return Verdict(True, "self-preservation is disabled")
         if registry_size < self.min_instances:
+            noun = "instance" if registry_size == 1 else "instances"
             return Verdict(
                 True,
-                f"{registry_size} instances registered, below the {self.min_instances} "
+                f"{registry_size} {noun} registered, fewer than the {self.min_instances} "
                 "where self-preservation applies",
             )
         renewals, threshold = self.renewals_last_minute, self.threshold

@@ -172,3 +172,22 @@ class TestServerStatus:
         assert "00:00" == doc["generalStats"]["server-uptime"]
         root = fromstring(await (await client.get("/eureka/status")).read())
         assert "1" == root.findtext("generalStats/registry-size")
+
+    async def test_status_explains_self_preservation(self, client):
+        """Self-preservation's inputs and verdict, in JSON and in XML."""
+        await register(client)
+        doc = (await fetch_json(client, "/eureka/status"))["selfPreservation"]
+        assert {
+            "enabled": True,
+            "evicting": True,
+            "registry-size": 1,
+            "min-instances": 10,
+            "expected-clients": 2,
+            "expected-renews-per-minute": 4.0,
+            "renews-threshold": 3,
+            "renews-last-minute": None,
+        }.items() <= doc.items()
+        assert doc["reason"].startswith("1 instance registered, fewer than the 10")
+        root = fromstring(await (await client.get("/eureka/status")).read())
+        assert "3" == root.findtext("selfPreservation/renews-threshold")
+        assert "true" == root.findtext("selfPreservation/evicting")

@@ -1,15 +1,18 @@
 """Stateful property: the cache never serves what a fresh build would not, and deltas add up.
 
 After any sequence of registrations, heartbeats (some with a differing lastDirtyTimestamp),
-cancels, overrides, metadata updates, time passing and evictions: every cached payload equals a
-freshly built one (heartbeats do not rebuild payloads, so `lastRenewalTimestamp` is the one field
-allowed to lag), a client that applies each delta to its copy computes the delta's own
-`apps__hashcode`.
+cancels, overrides, metadata updates, time passing and evictions (all at once, or by the capped
+random sweep): every cached payload equals a freshly built one (heartbeats do not rebuild
+payloads, so `lastRenewalTimestamp` is the one field allowed to lag); a client that applies each
+delta to its copy computes the delta's own `apps__hashcode`; so does a long-polling client that
+asks for the changes after the index it last saw.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import random
 import re
 from typing import Any
 
@@ -20,12 +23,15 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from registry import cache, payloads
 from registry.cache import ResponseCache
+from registry.clock import FakeClock
 from registry.codec import Format
 from registry.core import Registry
 from registry.errors import StaleReplica, UnknownInstance
+from registry.eviction import Evictor
 from registry.hashcode import reconcile_hash
 from registry.journal import DeltaJournal
 from registry.model import InstanceStatus
+from registry.preservation import SelfPreservation
 from tests.registry.test_core import T0, evict_expired, make
 
 APPS = st.sampled_from(["ORDERS", "PAYMENTS"])
@@ -50,7 +56,9 @@ class CachedRegistry(RuleBasedStateMachine):
         self.cache = ResponseCache()
         self.registry.subscribe(self.journal.record)
         self.registry.subscribe(self.cache.invalidate)
-        self.client: dict[str, dict[str, str]] = {}  # app -> id -> status, from a full fetch
+        self.client: dict[str, dict[str, str]] = {}  # app -> id -> status, kept by deltas
+        self.poller: dict[str, dict[str, str]] = {}  # the same, kept by long-poll answers
+        self.poller_index = 0
 
     # Commands ------------------------------------------------------------------------------
 
@@ -96,6 +104,19 @@ class CachedRegistry(RuleBasedStateMachine):
         self.now += seconds * 1000
         evict_expired(self.registry, now_ms=self.now)
 
+    @rule(seconds=st.integers(1, 100), seed=st.integers(0, 3))
+    def time_passes_and_a_capped_sweep_runs(self, seconds: int, seed: int) -> None:
+        self.now += seconds * 1000
+        clock = FakeClock(start_ms=self.now)
+        evictor = Evictor(
+            self.registry,
+            clock,
+            SelfPreservation(enabled=False),
+            interval=5,
+            rng=random.Random(seed),
+        )
+        asyncio.run(evictor.sweep())
+
     # Reads ---------------------------------------------------------------------------------
 
     def served(self, key: tuple[Any, ...], build: Any) -> bytes:
@@ -110,10 +131,12 @@ class CachedRegistry(RuleBasedStateMachine):
             builds = {
                 (cache.APPS, fmt): lambda f=fmt: payloads.full_registry(r, f),
                 (cache.DELTA, fmt): lambda f=fmt: payloads.delta(r, j, f, now_ms=self.now),
-                (cache.VIP, False, "blue", fmt): lambda f=fmt: payloads.vip(
-                    payloads.vip_matches(r, "blue", secure=False), f
-                ),
             }
+            for vip in ("blue", "green"):
+                for secure in (False, True):
+                    builds[(cache.VIP, secure, vip, fmt)] = lambda v=vip, s=secure, f=fmt: (
+                        payloads.vip(payloads.vip_matches(r, v, secure=s), f)
+                    )
             for name, _ in r.applications():
                 builds[(cache.APP, name, fmt)] = lambda n=name, f=fmt: payloads.application(r, n, f)
             for key, build in builds.items():
@@ -134,6 +157,36 @@ class CachedRegistry(RuleBasedStateMachine):
         statuses = [InstanceStatus(s) for held in self.client.values() for s in held.values()]
         assert doc["apps__hashcode"] == reconcile_hash(statuses)
         assert self.registry.reconcile_hash() == doc["apps__hashcode"]
+
+    @invariant()
+    def a_long_polling_client_agrees_with_the_hash(self) -> None:
+        """Applying the changes after the index it last saw keeps a copy in step, or the
+        journal forgot them and the client starts again from a full fetch."""
+        if self.journal.purge(now_ms=self.now):
+            self.cache.drop_delta()
+        changed = self.journal.since(self.poller_index)
+        if changed is None:  # 410 index_expired: start again from a full fetch
+            self.poller = {
+                name: {lease.instance.instance_id: lease.instance.status.value for lease in leases}
+                for name, leases in self.registry.applications()
+            }
+            self.poller_index = self.registry.index
+            return
+        key = (cache.SINCE, self.poller_index, Format.JSON)
+        build = lambda: payloads.changes(self.registry, changed, Format.JSON)  # noqa: E731
+        doc = orjson.loads(self.served(key, build))["applications"]
+        for application in doc["application"]:
+            for instance in application["instance"]:
+                held = self.poller.setdefault(application["name"], {})
+                if instance["actionType"] == "DELETED":
+                    held.pop(instance["instanceId"], None)
+                else:
+                    held[instance["instanceId"]] = instance["status"]
+        self.poller_index = int(doc["versions__delta"])
+        statuses = [InstanceStatus(s) for held in self.poller.values() for s in held.values()]
+        assert doc["apps__hashcode"] == reconcile_hash(statuses)
+        assert self.registry.reconcile_hash() == doc["apps__hashcode"]
+        assert self.registry.index == self.poller_index
 
 
 TestCachedRegistry = CachedRegistry.TestCase

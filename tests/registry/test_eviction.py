@@ -217,7 +217,7 @@ class TestSelfPreservationScenarios:
         ids = await self.start(client, clock, count=3)
         await self.renew(client, clock, ids[:1], seconds=120)
         assert 1 == len(registry_of(client))
-        assert "below the 10" in (await self.preservation(client))["reason"]
+        assert "fewer than the 10" in (await self.preservation(client))["reason"]
 
     async def test_a_lasting_scale_down_is_accepted_at_a_recount(self, client, clock):
         """Half the instances are gone for good: held at first, accepted at the first recount

@@ -138,7 +138,7 @@ class TestOurDifferences:
         sp.end_minute(0)
         verdict = sp.judge(9)
         assert verdict.evict
-        assert "9 instances registered, below the 10" in verdict.reason
+        assert "9 instances registered, fewer than the 10" in verdict.reason
 
     def test_the_first_minute_holds_eviction_until_renewals_are_counted(self):
         sp = SelfPreservation()
