@@ -12,9 +12,7 @@ grace, so instances that kept renewing are never evicted for the server's own de
 
 from __future__ import annotations
 
-import asyncio
 import random
-import time
 from collections.abc import Iterator
 
 import structlog
@@ -23,26 +21,9 @@ from registry.clock import Clock
 from registry.core import Registry
 from registry.model import InstanceInfo, Lease
 from registry.preservation import SelfPreservation
+from registry.tasks import SLICE, Pacer
 
 log = structlog.get_logger()
-
-SLICE = 256  # leases handled between two looks at the time
-BUDGET = 0.002  # seconds of work before the loop gets a turn
-
-
-class Pacer:
-    """Gives the event loop a turn whenever `budget` seconds of work have gone by."""
-
-    def __init__(self, budget: float = BUDGET) -> None:
-        self._budget = budget
-        self._since = time.perf_counter()
-        self.yields = 0
-
-    async def pace(self) -> None:
-        if time.perf_counter() - self._since >= self._budget:
-            await asyncio.sleep(0)
-            self.yields += 1
-            self._since = time.perf_counter()
 
 
 class Evictor:

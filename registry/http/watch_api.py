@@ -24,6 +24,7 @@ from registry.errors import IndexExpired
 from registry.feed import sse
 from registry.http import params
 from registry.http.discovery_api import check_index, forgotten
+from registry.tasks import SLICE, Pacer
 
 KEEPALIVE = 15.0  # seconds between comments on an idle stream
 RETRY_MS = 2000  # how long a disconnected EventSource waits before reconnecting
@@ -56,6 +57,8 @@ async def watch(request: web.Request) -> web.StreamResponse:
         await response.write(_reset(str(exc), registry.index))
         return response
     await response.prepare(request)
+    if request.method == "HEAD":
+        return response
     hello = orjson.dumps({"index": position})
     await response.write(
         f"retry: {RETRY_MS}\n".encode() + sse(hello, event="watching", id=position)
@@ -68,7 +71,13 @@ async def watch(request: web.Request) -> web.StreamResponse:
                 await response.write(_reset(forgotten(journal, position), registry.index))
                 break
             if events:
-                await response.write(b"".join(feed.encoded(event) for event in events))
+                # A long backlog (a resumed stream, a mass eviction) goes out in slices,
+                # so encoding it never holds the loop for long.
+                pacer = Pacer()
+                for start in range(0, len(events), SLICE):
+                    chunk = events[start : start + SLICE]
+                    await response.write(b"".join(feed.encoded(event) for event in chunk))
+                    await pacer.pace()
                 position = events[-1].index
             elif not await feed.wait_past(position, KEEPALIVE) and not feed.closed:
                 await response.write(b": keepalive\n\n")
