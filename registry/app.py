@@ -63,7 +63,6 @@ def create_app(
     preservation = SelfPreservation(
         enabled=settings.self_preservation,
         percent=settings.renewal_percent_threshold,
-        expected_interval=settings.expected_renewal_interval,
         min_instances=settings.self_preservation_min_instances,
         recount_interval=settings.renewal_threshold_update_interval,
         accept_lasting_drop=settings.self_preservation_accept_lasting_drop,
@@ -199,7 +198,10 @@ async def _journal_cleaner(app: web.Application) -> AsyncIterator[None]:
         tasks.append(
             asyncio.create_task(
                 run_every(
-                    clock, settings.response_cache_update_interval, cache.refresh, name="cache"
+                    clock,
+                    settings.response_cache_update_interval,
+                    lambda: cache.refresh(clock.monotonic()),
+                    name="cache_refresh",
                 )
             )
         )

@@ -32,6 +32,9 @@ APP = "app"
 VIP = "vip"
 
 GZIP_LEVEL = 6
+# Long-poll answers kept at once. Pollers mostly wait at the same index, so a change is answered
+# from one build; answers for every index ever asked would hold the journal many times over.
+MAX_SINCE = 8
 
 
 class Payload:
@@ -57,6 +60,7 @@ class ResponseCache:
         self._global: set[Key] = set()  # registry and delta payloads: every change
         self._by_app: dict[str, set[Key]] = {}  # per-application payloads
         self._by_vip: dict[str, set[Key]] = {}  # VIP payloads (both kinds), by VIP name
+        self._since: dict[Key, None] = {}  # long-poll answers kept, oldest first
         self._frozen: dict[Key, Payload] | None = {} if read_only else None
         self._compressing: dict[Key, tuple[Payload, asyncio.Future[bytes]]] = {}
         self.hits = 0
@@ -100,6 +104,12 @@ class ResponseCache:
             self._by_vip.setdefault(str(key[2]), set()).add(key)
         else:
             self._global.add(key)
+        if key[0] == SINCE:
+            self._since[key] = None
+            if len(self._since) > MAX_SINCE:
+                oldest = next(iter(self._since))
+                del self._since[oldest]
+                self._drop((oldest,))
 
     async def gzipped(self, key: Key, payload: Payload) -> bytes:
         """`payload` (the one for `key`) gzip-compressed, compressed once and kept with it."""
@@ -123,6 +133,7 @@ class ResponseCache:
         """Registry listener: drop every payload the change makes stale."""
         self._drop(self._global)
         self._global = set()
+        self._since.clear()
         instance = event.lease.instance
         self._drop(self._by_app.pop(instance.app, ()))
         for name in _vip_names(instance) | _vip_names(event.previous):
@@ -133,14 +144,17 @@ class ResponseCache:
         stale = {key for key in self._global if key[0] in (DELTA, SINCE)}
         self._drop(stale)
         self._global -= stale
+        self._since.clear()
 
-    def refresh(self) -> None:
+    def refresh(self, now: float) -> None:
         """The read-only layer's timer: serve the current payloads from now on."""
         if self._frozen is None:
             return
         for key in list(self._frozen):
             current = self._entries.get(key)
-            if current is None:
+            if current is None or (
+                self._max_age is not None and now - current.built_at > self._max_age
+            ):
                 del self._frozen[key]  # rebuilt, and frozen again, by the next read
             else:
                 self._frozen[key] = current

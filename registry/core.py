@@ -13,6 +13,7 @@ heartbeats (which change no state anyone fetches) and admin calls that changed n
 from __future__ import annotations
 
 import dataclasses
+import secrets
 import types
 from collections.abc import Callable, Collection, Iterator, Mapping
 from typing import Any, Protocol
@@ -64,6 +65,8 @@ class Registry:
         self._legacy = legacy_lease_expiry
         self._sync_dirty = sync_when_timestamp_differs
         self.index = 0
+        # Names this run of the registry: an index means nothing to another node or run.
+        self.epoch = secrets.token_hex(4)
         self.renewals = 0  # heartbeats accepted since start, client and replicated
         self._hash = (-1, "")  # (index, reconcile hash at that index)
         self.outbox: Outbox | None = None

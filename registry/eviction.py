@@ -2,9 +2,11 @@
 
 Each sweep asks self-preservation whether eviction may run, finds the expired leases, and evicts
 at most `max_fraction` of the registry (15 %, Eureka's cap), chosen at random so that no
-application loses all its instances first. Scanning and evicting are done in slices that give
-the event loop back every couple of milliseconds, so even 100 000 expired leases never hold up
-heartbeats; each lease is checked again when its turn comes, since it may have renewed.
+application loses all its instances first. While self-preservation applies, the cap counts
+every sweep of the last minute: Eureka sweeps once a minute, and renewals are counted by the
+minute, so eviction must not outrun the count that would hold it. Scanning and evicting give
+the event loop a turn every couple of milliseconds, so even 100 000 expired leases never hold
+up heartbeats; each lease is checked again when its turn comes, since it may have renewed.
 
 A sweep that runs late (a stalled loop, a suspended VM) adds its lateness to every lease's
 grace, so instances that kept renewing are never evicted for the server's own delay.
@@ -13,6 +15,7 @@ grace, so instances that kept renewing are never evicted for the server's own de
 from __future__ import annotations
 
 import random
+from collections import deque
 from collections.abc import Iterator
 
 import structlog
@@ -20,7 +23,7 @@ import structlog
 from registry.clock import Clock
 from registry.core import Registry
 from registry.model import InstanceInfo, Lease
-from registry.preservation import SelfPreservation
+from registry.preservation import MINUTE, SelfPreservation
 from registry.tasks import SLICE, Pacer
 
 log = structlog.get_logger()
@@ -44,10 +47,17 @@ class Evictor:
         self._max_fraction = max_fraction
         self._rng = rng or random.Random()
         self._last_run = clock.monotonic()
+        self._recent: deque[tuple[float, int]] = deque()  # (when, how many) in the last minute
 
     def limit(self, size: int) -> int:
         """How many leases one sweep may evict from a registry of `size` (contract 8, step 4)."""
         return size - int(size * (1 - self._max_fraction))
+
+    def _budget(self, size: int, now: float, per_minute: bool) -> int:
+        while self._recent and self._recent[0][0] <= now - MINUTE:
+            self._recent.popleft()
+        spent = sum(count for _, count in self._recent) if per_minute else 0
+        return max(0, self.limit(size) - spent)
 
     async def sweep(self) -> int:
         """One eviction run; returns how many leases went."""
@@ -71,20 +81,24 @@ class Evictor:
             await pacer.pace()
         if not expired:
             return 0
-        chosen = self._rng.sample(expired, min(len(expired), self.limit(size)))
+        budget = self._budget(size, now, per_minute=verdict.guarding)
         evicted = 0
-        for start in range(0, len(chosen), SLICE):
-            for lease in chosen[start : start + SLICE]:
-                instance = lease.instance
-                evicted += self._registry.evict(
-                    instance.app, instance.instance_id, now_ms=now_ms, extra_ms=extra_ms
-                )
-            await pacer.pace()
+        for i in range(min(len(expired), budget)):
+            # Partial Fisher-Yates, as Eureka: expired[:i] are the ones picked so far.
+            j = self._rng.randrange(i, len(expired))
+            expired[i], expired[j] = expired[j], expired[i]
+            instance = expired[i].instance
+            evicted += self._registry.evict(
+                instance.app, instance.instance_id, now_ms=now_ms, extra_ms=extra_ms
+            )
+            if i % 8 == 7:  # each eviction logs and tells four listeners: look at the time often
+                await pacer.pace()
+        self._recent.append((now, evicted))
         log.info(
             "eviction_ran",
             evicted=evicted,
             expired=len(expired),
-            limit=self.limit(size),
+            budget=budget,
             lateness_ms=extra_ms,
             loop_turns=pacer.yields,
         )

@@ -53,6 +53,14 @@ class ChangeFeed:
             await wait_set(self._clock, self._changed, remaining)
         return self._registry.index > index
 
+    @property
+    def index(self) -> int:
+        return self._registry.index
+
+    def event_id(self, index: int) -> str:
+        """A stream's event id: the index, and the epoch it belongs to."""
+        return f"{index}@{self._registry.epoch}"
+
     def encoded(self, event: ChangeEvent) -> bytes:
         """`event` as a Server-Sent Event, encoded once for every stream."""
         body = self._encoded.get(event.index)
@@ -70,11 +78,13 @@ class ChangeFeed:
                     "instance": instance_dict(event.lease),
                 }
             )
-            body = self._encoded[event.index] = sse(data, event=event.action.value, id=event.index)
+            body = self._encoded[event.index] = sse(
+                data, event=event.action.value, id=self.event_id(event.index)
+            )
         return body
 
 
-def sse(data: bytes, *, event: str, id: int | None = None) -> bytes:
+def sse(data: bytes, *, event: str, id: str | None = None) -> bytes:
     """One Server-Sent Event; `data` is a single line of JSON."""
     head = f"event: {event}\n" if id is None else f"id: {id}\nevent: {event}\n"
     return head.encode() + b"data: " + data + b"\n\n"

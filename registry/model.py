@@ -144,6 +144,7 @@ class Lease:
             last_renewal_ms=self.last_renewal_ms,
             eviction_ms=self.eviction_ms,
             service_up_ms=self.service_up_ms,
+            duration_ms=self.duration_ms,
         )
 
 
@@ -156,6 +157,7 @@ class LeaseSnapshot:
     last_renewal_ms: int
     eviction_ms: int
     service_up_ms: int
+    duration_ms: int
 
 
 @dataclass(slots=True, frozen=True, kw_only=True)

@@ -34,6 +34,8 @@ from dataclasses import dataclass
 from registry.model import ActionType, ChangeEvent, InstanceInfo
 
 MINUTE = 60.0
+EUREKA_INTERVAL = 30.0  # Eureka's expected renewal interval
+_INITIAL = {EUREKA_INTERVAL: 1}  # the one client Spring's server expects before any registers
 
 
 def renewal_threshold(expected_per_minute: float, percent: float) -> int:
@@ -55,6 +57,7 @@ def recount_accepted(counted_per_minute: float, expected_per_minute: float, perc
 class Verdict:
     evict: bool
     reason: str
+    guarding: bool = True  # whether self-preservation applies to the registry now
 
 
 class SelfPreservation:
@@ -63,19 +66,17 @@ class SelfPreservation:
         *,
         enabled: bool = True,
         percent: float = 0.85,
-        expected_interval: float = 30.0,
         min_instances: int = 10,
         recount_interval: float = 15 * MINUTE,
         accept_lasting_drop: bool = True,
     ) -> None:
         self.enabled = enabled
         self.percent = percent
-        self.expected_interval = expected_interval if expected_interval > 0 else 30.0
         self.min_instances = min_instances
         self.recount_interval = recount_interval
         self.accept_lasting_drop = accept_lasting_drop
         # Clients by renewal interval: E is their total, the expectation their renewal rate.
-        self._expected: Counter[float] = Counter({self.expected_interval: 1})
+        self._expected: Counter[float] = Counter(_INITIAL)
         # Every lease in the registry, by interval: the count a recount takes.
         self._registered: Counter[float] = Counter()
         self.renewals_last_minute: int | None = None  # None until a full minute is counted
@@ -86,18 +87,18 @@ class SelfPreservation:
 
     # Inputs ------------------------------------------------------------------------------
 
-    def interval_of(self, instance: InstanceInfo) -> float:
-        seconds = instance.renewal_interval_secs
-        return float(seconds) if seconds > 0 else self.expected_interval
+    @staticmethod
+    def interval_of(instance: InstanceInfo) -> float:
+        seconds = instance.renewal_interval_secs  # the decoder makes it 30 when not given
+        return float(seconds) if seconds > 0 else EUREKA_INTERVAL
 
     def on_change(self, event: ChangeEvent) -> None:
         """Registry listener: new clients raise the expectation, removed ones lower it."""
         instance, previous = event.lease.instance, event.previous
         if event.action is ActionType.DELETED:
             self._registered[self.interval_of(instance)] -= 1
-            snapshot = event.lease
-            duration_ms = instance.duration_secs * 1000
-            if snapshot.last_renewal_ms + duration_ms >= self._uncounted_before_ms:
+            lease = event.lease
+            if lease.last_renewal_ms + lease.duration_ms >= self._uncounted_before_ms:
                 _decrement(self._expected, self.interval_of(instance))
         elif event.action is ActionType.ADDED:
             interval = self.interval_of(instance)
@@ -125,8 +126,10 @@ class SelfPreservation:
             live = Counter(self.interval_of(instance) for instance in renewing)
             assert self.paused_since is not None
             held_for = now - self.paused_since
-            self._expected = live or Counter({self.expected_interval: 1})
-            # The leases already dead now are not in E, so evicting them must not lower it.
+            self._expected = live or Counter(_INITIAL)
+            # The leases already dead now are not in E, so evicting them must not lower it. (One
+            # that renews again later and is then removed does lower it: E runs low until the
+            # next recount, which accepts any rise.)
             self._uncounted_before_ms = now_ms
             self.last_recount = (
                 f"accepted a lasting drop to {live.total()} renewing leases "
@@ -135,7 +138,7 @@ class SelfPreservation:
             return
         counted = _per_minute(self._registered)
         if not self.enabled or recount_accepted(counted, self.expected_per_minute, self.percent):
-            self._expected = +self._registered or Counter({self.expected_interval: 1})
+            self._expected = +self._registered or Counter(_INITIAL)
             self._uncounted_before_ms = 0
             self.last_recount = f"accepted {self._registered.total()} leases"
             return
@@ -170,13 +173,14 @@ class SelfPreservation:
     def judge(self, registry_size: int) -> Verdict:
         """Whether eviction may run now, and why."""
         if not self.enabled:
-            return Verdict(True, "self-preservation is disabled")
+            return Verdict(True, "self-preservation is disabled", guarding=False)
         if registry_size < self.min_instances:
             noun = "instance" if registry_size == 1 else "instances"
             return Verdict(
                 True,
                 f"{registry_size} {noun} registered, fewer than the {self.min_instances} "
                 "where self-preservation applies",
+                guarding=False,
             )
         renewals, threshold = self.renewals_last_minute, self.threshold
         if renewals is None:

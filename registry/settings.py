@@ -39,7 +39,6 @@ class Settings:
     # Self-preservation: hold eviction when renewals drop as if the network failed
     self_preservation: bool = True
     renewal_percent_threshold: float = 0.85
-    expected_renewal_interval: float = 30 * SECONDS  # for clients that do not say theirs
     renewal_threshold_update_interval: float = 15 * MINUTES
     self_preservation_min_instances: int = 10  # smaller registries always evict
     self_preservation_accept_lasting_drop: bool = True  # held a whole recount: a scale-down
@@ -77,7 +76,6 @@ class Settings:
             raise SettingsError(f"port: {self.port} is not a TCP port")
         for key in (
             "eviction_interval",
-            "expected_renewal_interval",
             "renewal_threshold_update_interval",
             "delta_retention",
             "delta_cleanup_interval",

@@ -32,8 +32,10 @@ from registry.model import (
 # Marks a call as replication from a peer. An istr spares the case-insensitive header lookup
 # from folding the name on every request.
 REPLICATION_HEADER = istr("x-netflix-discovery-replication")
-# Ours: the registry index a response was made at, for long-polls and watches to resume from.
+# Ours: the registry index a response was made at, for long-polls and watches to resume from,
+# and the epoch that index belongs to (this node, this run).
 INDEX_HEADER = istr("X-Registry-Index")
+EPOCH_HEADER = istr("X-Registry-Epoch")
 DATA_CENTER_NAMES = ("Netflix", "Amazon", "MyOwn")
 DATA_CENTER_CLASSES = (
     DEFAULT_DATA_CENTER_CLASS,

@@ -42,6 +42,7 @@ async def delta(request: web.Request) -> web.Response:
     fmt = response_format(request)
     query = params.query_string(request)
     since = params.registry_index(params.query_value(query, "index"), "index")
+    epoch = params.query_value(query, "epoch")
     wait = params.wait_seconds(query)
     if since is None and wait is None:
         return await cached_payload(
@@ -52,7 +53,7 @@ async def delta(request: web.Request) -> web.Response:
         )
     if since is None:
         since = registry.index
-    check_index(registry, journal, since)
+    check_index(registry, journal, since, epoch)
     if wait and registry.index <= since:
         feed = request.app[FEED]
         feed.polls += 1
@@ -68,12 +69,15 @@ async def delta(request: web.Request) -> web.Response:
     )
 
 
-def check_index(registry: Registry, journal: DeltaJournal, index: int) -> None:
+def check_index(
+    registry: Registry, journal: DeltaJournal, index: int, epoch: str | None = None
+) -> None:
     """Refuse (410) an index whose later changes this node cannot list."""
-    if index > registry.index:
+    if (epoch and epoch != registry.epoch) or index > registry.index:
         raise IndexExpired(
-            f"index {index} is ahead of this node's {registry.index} (another node's, or from "
-            "before a restart); fetch apps/ in full and go on from its X-Registry-Index"
+            f"index {index} is not one of this node's (epoch {registry.epoch}, at index "
+            f"{registry.index}): another node's, or from before a restart; fetch apps/ in "
+            "full and go on from its X-Registry-Index"
         )
     if index < journal.forgotten_index:
         raise IndexExpired(forgotten(journal, index))

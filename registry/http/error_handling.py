@@ -20,7 +20,7 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 
 from registry import errors
-from registry.codec.wire import INDEX_HEADER
+from registry.codec.wire import EPOCH_HEADER, INDEX_HEADER
 from registry.core import Registry
 
 log = structlog.get_logger()
@@ -53,7 +53,7 @@ def error_response(status: int, error: str, detail: str, **extra: Any) -> web.Re
 
 def json_errors(handler: Handler, registry: Registry) -> Handler:
     """`handler`, with every error it raises answered as JSON, and every response carrying
-    the registry index (`X-Registry-Index`) unless the handler set it."""
+    the registry index (`X-Registry-Index`, unless the handler set it) and epoch."""
 
     @functools.wraps(handler)
     async def wrapper(request: web.Request) -> web.StreamResponse:
@@ -74,8 +74,11 @@ def json_errors(handler: Handler, registry: Registry) -> Handler:
         except Exception:
             log.exception("request_failed", method=request.method, path=request.path)
             response = error_response(500, "internal_error", "unexpected error; see the server log")
-        if not response.prepared and INDEX_HEADER not in response.headers:
-            response.headers[INDEX_HEADER] = str(registry.index)
+        if not response.prepared:
+            headers = response.headers
+            if INDEX_HEADER not in headers:
+                headers[INDEX_HEADER] = str(registry.index)
+            headers[EPOCH_HEADER] = registry.epoch
         return response
 
     return wrapper

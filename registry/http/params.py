@@ -84,6 +84,12 @@ def registry_index(raw: str | None, field: str) -> int | None:
     return int(raw)
 
 
+def event_id(raw: str | None, field: str) -> tuple[int | None, str | None]:
+    """A watch stream's event id, `index@epoch` or a bare index: (index, epoch or None)."""
+    index, _, epoch = (raw or "").partition("@")
+    return registry_index(index, field), epoch or None
+
+
 def wait_seconds(query: str) -> float | None:
     """`?wait=` as seconds: 30s, 500ms, 2m, or a bare number of seconds."""
     raw = query_value(query, "wait")

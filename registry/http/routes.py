@@ -65,7 +65,7 @@ def add_routes(app: web.Application) -> None:
     for path, methods in UNVERSIONED.items():
         for variant in (path, path + "/"):
             _add(app, variant, methods)
-    app.router.add_route("*", "/{tail:.*}", no_such_endpoint)
+    app.router.add_route("*", "/{tail:.*}", json_errors(no_such_endpoint, app[REGISTRY]))
 
 
 def _add(app: web.Application, path: str, methods: dict[str, Handler]) -> None:
@@ -75,4 +75,4 @@ def _add(app: web.Application, path: str, methods: dict[str, Handler]) -> None:
     resource = app.router.add_resource(path)
     for method, handler in methods.items():
         resource.add_route(method, json_errors(handler, app[REGISTRY]))
-    resource.add_route("*", method_not_allowed(list(methods)))
+    resource.add_route("*", json_errors(method_not_allowed(list(methods)), app[REGISTRY]))

@@ -1,16 +1,19 @@
 """GET {base}watch: the registry's changes as a stream of Server-Sent Events (ours, not Eureka's).
 
-    id: 42
+    id: 42@5f0c9a1e
     event: MODIFIED
     data: {"index":42,"action":"MODIFIED","app":"ORDERS","instanceId":"i-1","instance":{...}}
 
-Each change is one event named by its action (ADDED, MODIFIED, DELETED), with the registry
-index as its id and the instance as `GET apps` shows it. A stream starts with a `watching` event
-naming the index it goes on from: the `Last-Event-ID` header or `?index=` when given (so a
-reconnecting EventSource resumes where it stopped), otherwise the current index. A client whose
-index is older than the journal keeps gets a `reset` event and the stream ends: it fetches
-`apps/` in full and watches again from that response's `X-Registry-Index`. Comments keep an
-idle stream alive through proxies.
+Each change is one event named by its action (ADDED, MODIFIED, DELETED), with the instance as
+`GET apps` shows it. Its id is the registry index and the epoch that index belongs to (this
+node, this run), so an id given back by a client that reconnects to another node, or to this
+one after a restart, is recognised as foreign. A stream starts with a `watching` event naming
+the index it goes on from: the `Last-Event-ID` header or `?index=` (with `&epoch=`) when given,
+so a reconnecting EventSource resumes where it stopped, otherwise the current index. A client
+whose index this node cannot continue from (older than the journal keeps, or foreign) gets a
+`reset` event and the stream ends: it fetches `apps/` in full and watches again from that
+response's `X-Registry-Index` and `X-Registry-Epoch`. Comments keep an idle stream alive
+through proxies.
 """
 
 from __future__ import annotations
@@ -19,11 +22,12 @@ import orjson
 from aiohttp import hdrs, web
 
 from registry.appkeys import CACHE, CLOCK, FEED, JOURNAL, READS, REGISTRY
-from registry.codec.wire import INDEX_HEADER
+from registry.codec.wire import EPOCH_HEADER, INDEX_HEADER
 from registry.errors import IndexExpired
-from registry.feed import sse
+from registry.feed import ChangeFeed, sse
 from registry.http import params
 from registry.http.discovery_api import check_index, forgotten
+from registry.journal import DeltaJournal
 from registry.tasks import SLICE, Pacer
 
 KEEPALIVE = 15.0  # seconds between comments on an idle stream
@@ -35,11 +39,11 @@ async def watch(request: web.Request) -> web.StreamResponse:
     registry, journal, feed = request.app[REGISTRY], request.app[JOURNAL], request.app[FEED]
     if journal.purge(now_ms=request.app[CLOCK].wall_ms()):  # retention is exact, as for deltas
         request.app[CACHE].drop_delta()
-    resume = request.headers.get("Last-Event-ID")
-    position = params.registry_index(resume, "Last-Event-ID")
+    position, epoch = params.event_id(request.headers.get("Last-Event-ID"), "Last-Event-ID")
     if position is None:
         query = params.query_string(request)
         position = params.registry_index(params.query_value(query, "index"), "index")
+        epoch = params.query_value(query, "epoch")
     if position is None:
         position = registry.index
     response = web.StreamResponse(
@@ -47,40 +51,26 @@ async def watch(request: web.Request) -> web.StreamResponse:
             hdrs.CONTENT_TYPE: "text/event-stream",
             hdrs.CACHE_CONTROL: "no-cache",
             INDEX_HEADER: str(registry.index),
+            EPOCH_HEADER: registry.epoch,
             "X-Accel-Buffering": "no",  # nginx: pass events on at once
         }
     )
-    try:
-        check_index(registry, journal, position)
-    except IndexExpired as exc:
-        await response.prepare(request)
-        await response.write(_reset(str(exc), registry.index))
-        return response
     await response.prepare(request)
     if request.method == "HEAD":
         return response
-    hello = orjson.dumps({"index": position})
-    await response.write(
-        f"retry: {RETRY_MS}\n".encode() + sse(hello, event="watching", id=position)
-    )
     feed.watchers += 1
     try:
-        while not feed.closed:
-            events = journal.after(position)
-            if events is None:
-                await response.write(_reset(forgotten(journal, position), registry.index))
-                break
-            if events:
-                # A long backlog (a resumed stream, a mass eviction) goes out in slices,
-                # so encoding it never holds the loop for long.
-                pacer = Pacer()
-                for start in range(0, len(events), SLICE):
-                    chunk = events[start : start + SLICE]
-                    await response.write(b"".join(feed.encoded(event) for event in chunk))
-                    await pacer.pace()
-                position = events[-1].index
-            elif not await feed.wait_past(position, KEEPALIVE) and not feed.closed:
-                await response.write(b": keepalive\n\n")
+        try:
+            check_index(registry, journal, position, epoch)
+        except IndexExpired as exc:
+            await response.write(_reset(feed, str(exc)))
+            return response
+        hello = orjson.dumps({"index": position, "epoch": registry.epoch})
+        await response.write(
+            f"retry: {RETRY_MS}\n".encode()
+            + sse(hello, event="watching", id=feed.event_id(position))
+        )
+        await _stream(response, feed, journal, position)
     except ConnectionError:
         pass  # the client went away
     finally:
@@ -88,6 +78,31 @@ async def watch(request: web.Request) -> web.StreamResponse:
     return response
 
 
-def _reset(detail: str, index: int) -> bytes:
+async def _stream(
+    response: web.StreamResponse, feed: ChangeFeed, journal: DeltaJournal, position: int
+) -> None:
+    """Send every change after `position` as it happens, until the server stops."""
+    while not feed.closed:
+        events = journal.after(position)
+        if events is None:
+            await response.write(_reset(feed, forgotten(journal, position)))
+            return
+        if events:
+            # A long backlog (a resumed stream, a mass eviction) goes out in slices,
+            # so encoding it never holds the loop for long.
+            pacer = Pacer()
+            for start in range(0, len(events), SLICE):
+                chunk = events[start : start + SLICE]
+                await response.write(b"".join(feed.encoded(event) for event in chunk))
+                await pacer.pace()
+            position = events[-1].index
+        elif not await feed.wait_past(position, KEEPALIVE) and not feed.closed:
+            await response.write(b": keepalive\n\n")
+
+
+def _reset(feed: ChangeFeed, detail: str) -> bytes:
+    """The end of a stream that cannot go on. Its id is the current index, so an EventSource
+    that reconnects without handling it resumes from now rather than being reset forever."""
+    index = feed.index
     data = orjson.dumps({"error": "index_expired", "detail": detail, "index": index})
-    return sse(data, event="reset")
+    return sse(data, event="reset", id=feed.event_id(index))

@@ -39,6 +39,8 @@ class TestIndexHeader:
             await client.put("/eureka/apps/ORDERS/i-1/status?value=DOWN"),
         ]
         assert ["1", "1", "1", "1", "1", "2"] == [r.headers[INDEX] for r in responses]
+        epoch = registry_of(client).epoch
+        assert {epoch} == {r.headers["X-Registry-Epoch"] for r in responses}
 
     async def test_a_cached_document_says_the_index_it_shows(self, client):
         await register(client)
@@ -138,7 +140,15 @@ class TestLongPoll:
         response = await client.get("/eureka/apps/delta?index=99&wait=1s")
         body = await response.json()
         assert (410, "index_expired") == (response.status, body["error"])
-        assert "ahead of this node's 0" in body["detail"]
+        assert "not one of this node's" in body["detail"]
+
+    async def test_an_index_of_another_epoch_is_410(self, client):
+        """An index from another node or an earlier run: the numbers mean nothing here."""
+        await register(client)
+        epoch = registry_of(client).epoch
+        ours = await client.get(f"/eureka/apps/delta?index=0&epoch={epoch}")
+        theirs = await client.get("/eureka/apps/delta?index=0&epoch=0badc0de")
+        assert (200, 410) == (ours.status, theirs.status)
 
     async def test_an_index_the_journal_forgot_is_410(self, client, clock):
         await register(client)
@@ -171,6 +181,11 @@ async def next_event(response: ClientResponse) -> dict[str, Any]:
     return fields
 
 
+def index(event: dict[str, Any]) -> str:
+    """The index part of an event's id (index@epoch)."""
+    return str(event["id"]).partition("@")[0]
+
+
 class TestWatchStream:
     async def open(self, client, **headers: str) -> ClientResponse:
         response = await client.get("/eureka/watch", headers=headers)
@@ -181,7 +196,12 @@ class TestWatchStream:
     async def test_every_change_arrives_in_order(self, client):
         stream = await self.open(client)
         hello = await next_event(stream)
-        assert ("watching", "0", {"index": 0}) == (hello["event"], hello["id"], hello["data"])
+        epoch = registry_of(client).epoch
+        assert ("watching", f"0@{epoch}", {"index": 0, "epoch": epoch}) == (
+            hello["event"],
+            hello["id"],
+            hello["data"],
+        )
         await register(client)
         await client.put("/eureka/apps/ORDERS/i-1")  # a heartbeat changes nothing: no event
         await client.put("/eureka/apps/ORDERS/i-1/status?value=OUT_OF_SERVICE")
@@ -193,7 +213,7 @@ class TestWatchStream:
             ("2", "MODIFIED", "OUT_OF_SERVICE"),
             ("3", "MODIFIED", "UNKNOWN"),
             ("4", "DELETED", "UNKNOWN"),
-        ] == [(e["id"], e["event"], e["data"]["instance"]["status"]) for e in events]
+        ] == [(index(e), e["event"], e["data"]["instance"]["status"]) for e in events]
         assert {("ORDERS", "i-1")} == {(e["data"]["app"], e["data"]["instanceId"]) for e in events}
         stream.close()
 
@@ -201,16 +221,37 @@ class TestWatchStream:
         for n in range(5):
             await register(client, iid=f"i-{n}")
         stream = await self.open(client, **{"Last-Event-ID": "3"})
-        assert "3" == (await next_event(stream))["id"]
-        assert ["4", "5"] == [(await next_event(stream))["id"] for _ in range(2)]
+        assert "3" == index(await next_event(stream))
+        assert ["4", "5"] == [index(await next_event(stream)) for _ in range(2)]
         stream.close()
+
+    async def test_resumes_after_an_id_it_sent(self, client):
+        """An EventSource gives back the id as it got it: index@epoch."""
+        for n in range(3):
+            await register(client, iid=f"i-{n}")
+        epoch = registry_of(client).epoch
+        stream = await self.open(client, **{"Last-Event-ID": f"2@{epoch}"})
+        await next_event(stream)
+        assert f"3@{epoch}" == (await next_event(stream))["id"]
+        stream.close()
+
+    async def test_an_id_of_another_epoch_is_reset_to_now(self, client):
+        """A stream resumed against another node (or after a restart) is told to re-fetch; the
+        reset's id is the current index, so a client that ignores it is not reset forever."""
+        for n in range(3):
+            await register(client, iid=f"i-{n}")
+        stream = await self.open(client, **{"Last-Event-ID": "2@0badc0de"})
+        reset = await next_event(stream)
+        epoch = registry_of(client).epoch
+        assert ("reset", f"3@{epoch}") == (reset["event"], reset["id"])
+        assert b"" == await asyncio.wait_for(stream.content.read(), 5)
 
     async def test_index_parameter_resumes_too(self, client):
         for n in range(3):
             await register(client, iid=f"i-{n}")
         response = await client.get("/eureka/watch?index=2")
         assert "watching" == (await next_event(response))["event"]
-        assert "3" == (await next_event(response))["id"]
+        assert "3" == index(await next_event(response))
         response.close()
 
     async def test_a_client_behind_the_journal_is_told_to_refetch(self, client, clock):
@@ -258,7 +299,7 @@ class TestWatchStream:
             assert 300 == client.app[FEED].watchers
             await register(client)
             events = await asyncio.gather(*(next_event(stream) for stream in streams))
-            assert {("1", "ADDED")} == {(e["id"], e["event"]) for e in events}
+            assert {("1", "ADDED")} == {(index(e), e["event"]) for e in events}
             for stream in streams:
                 stream.close()
 

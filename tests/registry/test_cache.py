@@ -8,7 +8,7 @@ import gzip
 import pytest
 
 from registry.appkeys import CACHE
-from registry.cache import APP, APPS, DELTA, SINCE, VIP, ResponseCache
+from registry.cache import APP, APPS, DELTA, MAX_SINCE, SINCE, VIP, ResponseCache
 from registry.core import Registry
 from tests.helpers import JSON, register
 from tests.registry.test_core import T0, make
@@ -101,11 +101,27 @@ class TestReadOnlyLayer:
         assert b"v1" == cache.get((APPS,), lambda: b"v1", index=1).body
         registry.register(make(), now_ms=T0)
         assert b"v1" == cache.get((APPS,), lambda: b"v2", index=2).body
-        cache.refresh()
-        assert (b"v2", 2) == (lambda p: (p.body, p.index))(
-            cache.get((APPS,), lambda: b"v2", index=2)
-        )
+        cache.refresh(now=0.0)
+        fresh = cache.get((APPS,), lambda: b"v2", index=2)
+        assert (b"v2", 2) == (fresh.body, fresh.index)
         assert b"v2" == cache.get((APPS,), lambda: b"v3", index=3).body
+
+    def test_documents_past_max_age_are_rebuilt_at_the_refresh(self):
+        """Heartbeats change no document: max_age still bounds how old one can be."""
+        cache = ResponseCache(read_only=True, max_age=30)
+        cache.get((APPS,), lambda: b"v1", now=0.0)
+        cache.refresh(now=20.0)
+        assert b"v1" == cache.get((APPS,), lambda: b"v2", now=25.0).body
+        cache.refresh(now=31.0)
+        assert b"v2" == cache.get((APPS,), lambda: b"v2", now=32.0).body
+
+    def test_only_a_few_long_poll_answers_are_kept(self):
+        """Answers for many different indexes do not pile up between changes."""
+        cache = ResponseCache()
+        for index in range(100):
+            cache.get((SINCE, index), lambda: b"x" * 1000)
+        assert MAX_SINCE == len(cache)
+        assert [(SINCE, i) for i in range(100 - MAX_SINCE, 100)] == list(cache._entries)
 
     def test_long_poll_payloads_bypass_it(self):
         cache = ResponseCache(read_only=True)

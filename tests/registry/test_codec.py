@@ -81,7 +81,12 @@ def instances(draw: st.DrawFn) -> InstanceInfo:
 
 def lease_of(instance: InstanceInfo) -> LeaseSnapshot:
     return LeaseSnapshot(
-        instance=instance, registration_ms=1, last_renewal_ms=2, eviction_ms=0, service_up_ms=1
+        instance=instance,
+        registration_ms=1,
+        last_renewal_ms=2,
+        eviction_ms=0,
+        service_up_ms=1,
+        duration_ms=90_000,
     )
 
 

@@ -116,6 +116,24 @@ class TestCap:
         assert 13 == await evictor.sweep()
         assert 72 == len(registry)
 
+    async def test_while_self_preservation_applies_the_cap_is_per_minute(self):
+        """Renewals are counted by the minute, so sweeps every 5 s share one minute's 15 %."""
+        clock = FakeClock()
+        registry = Registry()
+        preservation = SelfPreservation()
+        registry.subscribe(preservation.on_change)
+        fill(registry, clock, 100)
+        await clock.advance(100)
+        for lease in list(registry.leases())[:60]:
+            registry.renew(lease.instance.app, lease.instance.instance_id, now_ms=clock.wall_ms())
+        preservation.end_minute(1000)  # plenty of renewals: eviction runs
+        evictor = Evictor(registry, clock, preservation, interval=5)
+        assert 15 == await evictor.sweep()
+        await clock.advance(5)
+        assert 0 == await evictor.sweep()
+        await clock.advance(55)
+        assert 13 == await evictor.sweep()  # a minute on: 15 % of the 85 left
+
     async def test_a_configured_fraction_raises_the_cap(self):
         clock = FakeClock()
         registry = Registry()

@@ -120,10 +120,10 @@ class TestOurDifferences:
         register(registry_with(sp), 1, interval=10)
         assert (2, 8.0, 6) == (sp.expected_clients, sp.expected_per_minute, sp.threshold)
 
-    def test_a_client_without_an_interval_counts_at_the_expected_one(self):
-        sp = SelfPreservation(min_instances=0, expected_interval=20)
+    def test_a_client_without_an_interval_counts_at_eurekas_30_s(self):
+        sp = SelfPreservation(min_instances=0)
         register(registry_with(sp), 1, interval=0)
-        assert 6.0 == sp.expected_per_minute  # the initial client and this one, 3 a minute each
+        assert 4.0 == sp.expected_per_minute  # the initial client and this one, 2 a minute each
 
     def test_a_reregistration_with_a_new_interval_moves_the_client(self):
         sp = SelfPreservation(min_instances=0)
