@@ -29,7 +29,7 @@ from registry.cache import ResponseCache
 from registry.clock import Clock, SystemClock
 from registry.core import Registry
 from registry.eviction import Evictor
-from registry.feed import ChangeFeed
+from registry.feed import KEEPALIVE, ChangeFeed
 from registry.gate import ReadGate
 from registry.http import add_routes
 from registry.journal import DeltaJournal
@@ -87,8 +87,17 @@ def create_app(
     app.on_shutdown.append(_end_watches)
     app.cleanup_ctx.append(_evictor)
     app.cleanup_ctx.append(_journal_cleaner)
+    app.cleanup_ctx.append(_keepalives)
     app.cleanup_ctx.append(_peers(reload))
     return app
+
+
+async def _keepalives(app: web.Application) -> AsyncIterator[None]:
+    """The feed's beat: idle watch streams send a comment, so proxies keep them open."""
+    feed = app[FEED]
+    task = asyncio.create_task(run_every(app[CLOCK], KEEPALIVE, feed.beat, name="keepalive"))
+    yield
+    await cancel_and_wait(task)
 
 
 async def _end_watches(app: web.Application) -> None:

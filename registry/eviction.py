@@ -5,7 +5,7 @@ at most `max_fraction` of the registry (15 %, Eureka's cap), chosen at random so
 application loses all its instances first. While self-preservation applies, the cap counts
 every sweep of the last minute: Eureka sweeps once a minute, and renewals are counted by the
 minute, so eviction must not outrun the count that would hold it. Scanning and evicting give
-the event loop a turn every couple of milliseconds, so even 100 000 expired leases never hold
+the event loop a turn every millisecond of work, so even 100 000 expired leases never hold
 up heartbeats; each lease is checked again when its turn comes, since it may have renewed.
 
 A sweep that runs late (a stalled loop, a suspended VM) adds its lateness to every lease's

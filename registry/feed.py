@@ -3,8 +3,9 @@
 One `asyncio.Event` stands for "the registry changed since you looked": every change sets it
 and puts a fresh one in its place, so any number of waiters cost nothing until a change, and a
 burst of changes (an eviction sweep) wakes each waiter once per loop turn, not once per change.
-What changed is read from the delta journal by index; the feed keeps each change's watch event
-encoded once for every stream that sends it.
+Watch streams wait on it alone (one future each); their keepalives come from one feed-wide
+`beat`, not a timer per stream. What changed is read from the delta journal by index; the feed
+keeps each change's watch event encoded once for every stream that sends it.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from registry.model import ChangeEvent
 from registry.tasks import wait_set
 
 _KEEP_ENCODED = 10_000  # encoded events kept for streams that are behind
+KEEPALIVE = 15.0  # seconds between beats: an idle watch stream sends a comment on each
 
 
 class ChangeFeed:
@@ -29,18 +31,31 @@ class ChangeFeed:
         self._changed = asyncio.Event()
         self._encoded: dict[int, bytes] = {}
         self.closed = False
+        self.beats = 0  # keepalive beats so far
         self.watchers = 0  # open watch streams
         self.polls = 0  # long-polls waiting
 
     def on_change(self, event: ChangeEvent) -> None:
         """Registry listener: wake everyone waiting."""
-        self._changed.set()
-        self._changed = asyncio.Event()
+        self._wake()
+
+    def beat(self) -> None:
+        """Wake every stream so that an idle one sends a keepalive."""
+        self.beats += 1
+        self._wake()
 
     def close(self) -> None:
         """The server is stopping: wake every waiter for good."""
         self.closed = True
         self._changed.set()
+
+    def _wake(self) -> None:
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    async def next(self) -> None:
+        """Wait for the next change, beat or close."""
+        await self._changed.wait()
 
     async def wait_past(self, index: int, timeout: float) -> bool:
         """Wait until the registry index passes `index`, `timeout` seconds have gone by or the

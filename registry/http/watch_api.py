@@ -13,7 +13,7 @@ so a reconnecting EventSource resumes where it stopped, otherwise the current in
 whose index this node cannot continue from (older than the journal keeps, or foreign) gets a
 `reset` event and the stream ends: it fetches `apps/` in full and watches again from that
 response's `X-Registry-Index` and `X-Registry-Epoch`. Comments keep an idle stream alive
-through proxies.
+through proxies (`KEEPALIVE`, sent on the feed's beat).
 """
 
 from __future__ import annotations
@@ -30,7 +30,6 @@ from registry.http.discovery_api import check_index, forgotten
 from registry.journal import DeltaJournal
 from registry.tasks import SLICE, Pacer
 
-KEEPALIVE = 15.0  # seconds between comments on an idle stream
 RETRY_MS = 2000  # how long a disconnected EventSource waits before reconnecting
 
 
@@ -96,8 +95,11 @@ async def _stream(
                 await response.write(b"".join(feed.encoded(event) for event in chunk))
                 await pacer.pace()
             position = events[-1].index
-        elif not await feed.wait_past(position, KEEPALIVE) and not feed.closed:
-            await response.write(b": keepalive\n\n")
+        else:
+            beats = feed.beats
+            await feed.next()
+            if feed.beats != beats and feed.index <= position and not feed.closed:
+                await response.write(b": keepalive\n\n")
 
 
 def _reset(feed: ChangeFeed, detail: str) -> bytes:

@@ -20,6 +20,7 @@ from typing import Any
 
 from registry.__main__ import loop_name, new_event_loop
 from tests.bench.load import LoadGenerator
+from tests.bench.propagation import propagation
 from tests.bench.scenarios import SCENARIOS, Plan, memory, replication, throughput
 
 TARGETS = {  # figure: (minimum ratio to the ceiling, or maximum bytes)
@@ -27,6 +28,8 @@ TARGETS = {  # figure: (minimum ratio to the ceiling, or maximum bytes)
     "full_fetch": 0.90,
     "bytes_per_instance": 1600,
 }
+# A crashed instance goes within its lease plus one eviction interval, plus this for delivery.
+EVICTION_SLACK = 1.0
 
 
 def main() -> int:
@@ -62,6 +65,7 @@ def main() -> int:
         chosen,
         warm_up=not args.smoke,
         lag_samples=20 if args.smoke else 200,
+        smoke=args.smoke,
     )
     machine = describe_machine(load)
     print(
@@ -94,6 +98,8 @@ async def run(plan: Plan) -> dict[str, Any]:
         results["replication"] = await replication(plan)
     if "memory" in plan.scenarios:
         results["memory"] = await memory(plan)
+    if "propagation" in plan.scenarios:
+        results["propagation"] = await propagation(plan)
     return results
 
 
@@ -170,6 +176,8 @@ def table(results: dict[str, Any], *, judged: bool = True) -> str:
         )
     if "replication" in results:
         rows.extend(_replication_rows(results["replication"]))
+    if "propagation" in results:
+        rows.extend(_propagation_rows(results["propagation"], judged=judged))
     if "memory" not in results:
         return _render(rows)
     mem = results["memory"]
@@ -224,6 +232,71 @@ def _replication_rows(figure: dict[str, Any]) -> list[tuple[str, str, str, str, 
                 "",
                 f"{peer['p50_ms']} / {peer['p99_ms']}",
                 "",
+            )
+        )
+    return rows
+
+
+def _propagation_rows(
+    figure: dict[str, Any], *, judged: bool
+) -> list[tuple[str, str, str, str, str, str, str]]:
+    """Crash to eviction beside its bound; register to visible by kind of client; sweep stalls."""
+    crash, visible = figure["crash_to_evicted"], figure["register_to_visible"]
+    interval, lease = crash["eviction_interval_seconds"], crash["lease_seconds"]
+    bound = interval + EVICTION_SLACK
+    worst = crash["over_lease_max_seconds"]
+    verdict = "ok" if worst is not None and worst <= bound and not crash["missed"] else "LATE"
+    missed = f", {crash['missed']} missed" if crash["missed"] else ""
+    rows = [
+        (
+            f"crash-to-evicted ({crash['instances']} crashes, lease {lease} s, "
+            f"sweeps {interval:g} s)",
+            f"lease + {crash['over_lease_median_seconds']} s median, + {worst} s max{missed}",
+            "",
+            "",
+            "",
+            "",
+            f"<= lease + {bound:g} s {verdict if judged else '(smoke: not judged)'}",
+        )
+    ]
+    for kind, label in (
+        ("watch", f"register-to-visible: {visible['watch']['observers']} watch streams"),
+        ("long_poll", f"  {visible['long_poll']['observers']} long-polls"),
+        (
+            "poll",
+            f"  {visible['poll']['observers']} stock clients polling delta every "
+            f"{visible['poll']['interval_seconds']:g} s",
+        ),
+    ):
+        seen = visible[kind]
+        missed = f", {seen['missed']} missed" if seen["missed"] else ""
+        rows.append(
+            (
+                label,
+                f"{seen['sightings']} sightings of {visible['registrations']}, "
+                f"max {seen['max_ms']} ms{missed}",
+                "",
+                "",
+                "",
+                f"{seen['p50_ms']} / {seen['p99_ms']}",
+                "",
+            )
+        )
+    for key, label in (("uncapped", "eviction stall: {} expired"), ("capped", "  capped at {}")):
+        stall = figure["eviction_stall"][key]
+        name = stall["leases"] if key == "uncapped" else f"{stall['max_fraction']:.0%}"
+        rows.append(
+            (
+                label.format(name),
+                f"{stall['evicted']} evicted in {stall['sweep_ms']} ms, loop stalled "
+                f"max {stall['longest_stall_ms']} ms (p99 {stall['p99_stall_ms']} ms; "
+                f"{stall['full_collections']} full GCs, longest GC "
+                f"{stall['longest_collection_ms']} ms)",
+                "",
+                "",
+                "",
+                "",
+                f"(log level {stall['log_level']})",
             )
         )
     return rows

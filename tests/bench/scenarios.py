@@ -17,7 +17,7 @@ import orjson
 from tests.bench import processes, workloads
 from tests.bench.load import LoadGenerator, Result
 
-SCENARIOS = ("heartbeat", "fetch", "churn", "delta", "replication", "memory")
+SCENARIOS = ("heartbeat", "fetch", "churn", "delta", "replication", "memory", "propagation")
 # The delta scenario's window, in seconds (Eureka's is 180).
 DELTA_WINDOW = 3
 FETCH_VARIANTS = {  # name: request headers
@@ -60,6 +60,7 @@ class Plan:
     scenarios: frozenset[str] = frozenset(SCENARIOS)
     warm_up: bool = True
     lag_samples: int = 200  # changes the replication scenario times
+    smoke: bool = False  # scenarios that cannot scale by the figures above pick smaller sizes
 
 
 @dataclass
