@@ -124,8 +124,7 @@ class SelfPreservation:
         """
         if self.needs_live_count(now):
             live = Counter(self.interval_of(instance) for instance in renewing)
-            assert self.paused_since is not None
-            held_for = now - self.paused_since
+            held_for = 0.0 if self.paused_since is None else now - self.paused_since
             self._expected = live or Counter(_INITIAL)
             # The leases already dead now are not in E, so evicting them must not lower it. (One
             # that renews again later and is then removed does lower it: E runs low until the

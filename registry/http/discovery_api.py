@@ -17,7 +17,7 @@ from registry.http.negotiation import cached_payload, payload, response_format
 from registry.journal import DeltaJournal
 from registry.model import Lease
 
-MAX_WAIT = 300.0  # seconds a long-poll or watch is held at most; longer waits are cut to this
+MAX_WAIT = 300.0  # seconds a long-poll is held at most; longer waits are cut to this
 
 
 async def full_registry(request: web.Request) -> web.Response:
