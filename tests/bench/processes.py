@@ -130,16 +130,20 @@ async def populate(server: Server, count: int, *, start: int = 0, concurrency: i
 
     async def worker(session: aiohttp.ClientSession) -> None:
         for k in queue:
-            app, iid, ip = workloads.bench_instance(k)
-            body = orjson.dumps(workloads.instance_body(app, iid, ip))
-            async with session.post(
-                f"{server.url}/eureka/apps/{app}",
-                data=body,
-                headers={"Content-Type": "application/json"},
-            ) as response:
-                if response.status != 204:
-                    raise RuntimeError(f"registration failed: {response.status}")
+            await register(session, server, *workloads.bench_instance(k))
 
     connector = aiohttp.TCPConnector(limit=concurrency)
     async with aiohttp.ClientSession(connector=connector) as session:
         await asyncio.gather(*(worker(session) for _ in range(concurrency)))
+
+
+async def register(
+    session: aiohttp.ClientSession, server: Server, app: str, iid: str, ip: str
+) -> None:
+    """Register one bench instance, insisting on Eureka's 204."""
+    body = orjson.dumps(workloads.instance_body(app, iid, ip))
+    async with session.post(
+        f"{server.url}/eureka/apps/{app}", data=body, headers={"Content-Type": "application/json"}
+    ) as response:
+        if response.status != 204:
+            raise RuntimeError(f"registration of {iid} answered {response.status}")

@@ -302,15 +302,8 @@ async def _register_one_by_one(
         async with session.get(f"{server.url}/eureka/apps/"):  # the connection, made beforehand
             pass
         for app, iid, ip in instances:
-            body = orjson.dumps(workloads.instance_body(app, iid, ip))
             sent[iid] = time.monotonic()
-            async with session.post(
-                f"{server.url}/eureka/apps/{app}",
-                data=body,
-                headers={"Content-Type": "application/json"},
-            ) as response:
-                if response.status != 204:
-                    raise RuntimeError(f"registration of {iid} answered {response.status}")
+            await processes.register(session, server, app, iid, ip)
             await asyncio.sleep(rng.uniform(*gap))
     return sent
 

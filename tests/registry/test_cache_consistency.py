@@ -46,6 +46,19 @@ def without_renewals(body: bytes) -> bytes:
     return _RENEWAL_XML.sub(b"", _RENEWAL_JSON.sub(b"", body))
 
 
+def applied(delta: dict[str, Any], copy: dict[str, dict[str, str]]) -> str:
+    """Apply a delta document to a client's copy (app -> id -> status), as a Eureka client
+    does (contract 9.3); the reconcile hash of the copy after it."""
+    for application in delta["application"]:
+        for instance in application["instance"]:
+            held = copy.setdefault(application["name"], {})
+            if instance["actionType"] == "DELETED":
+                held.pop(instance["instanceId"], None)
+            else:
+                held[instance["instanceId"]] = instance["status"]
+    return reconcile_hash(InstanceStatus(s) for held in copy.values() for s in held.values())
+
+
 class CachedRegistry(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
@@ -147,15 +160,7 @@ class CachedRegistry(RuleBasedStateMachine):
         """The delta's hash equals the hash of a copy kept up to date by deltas alone."""
         build = lambda: payloads.delta(self.registry, self.journal, Format.JSON, now_ms=self.now)  # noqa: E731
         doc = orjson.loads(self.served((cache.DELTA, Format.JSON), build))["applications"]
-        for application in doc["application"]:
-            for instance in application["instance"]:
-                held = self.client.setdefault(application["name"], {})
-                if instance["actionType"] == "DELETED":
-                    held.pop(instance["instanceId"], None)
-                else:
-                    held[instance["instanceId"]] = instance["status"]
-        statuses = [InstanceStatus(s) for held in self.client.values() for s in held.values()]
-        assert doc["apps__hashcode"] == reconcile_hash(statuses)
+        assert doc["apps__hashcode"] == applied(doc, self.client)
         assert self.registry.reconcile_hash() == doc["apps__hashcode"]
 
     @invariant()
@@ -175,16 +180,8 @@ class CachedRegistry(RuleBasedStateMachine):
         key = (cache.SINCE, self.poller_index, Format.JSON)
         build = lambda: payloads.changes(self.registry, changed, Format.JSON)  # noqa: E731
         doc = orjson.loads(self.served(key, build))["applications"]
-        for application in doc["application"]:
-            for instance in application["instance"]:
-                held = self.poller.setdefault(application["name"], {})
-                if instance["actionType"] == "DELETED":
-                    held.pop(instance["instanceId"], None)
-                else:
-                    held[instance["instanceId"]] = instance["status"]
         self.poller_index = int(doc["versions__delta"])
-        statuses = [InstanceStatus(s) for held in self.poller.values() for s in held.values()]
-        assert doc["apps__hashcode"] == reconcile_hash(statuses)
+        assert doc["apps__hashcode"] == applied(doc, self.poller)
         assert self.registry.reconcile_hash() == doc["apps__hashcode"]
         assert self.registry.index == self.poller_index
 
