@@ -1,0 +1,1 @@
+"""Durable state in SQLite: the registry, admin overrides and the registry index."""

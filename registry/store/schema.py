@@ -1,0 +1,48 @@
+"""The store's schema: one version number and the forward migrations that reach it.
+
+A database at version N is brought to `VERSION` by running the steps of N+1, N+2, ... in order,
+each in its own transaction with the version it reaches. A database newer than `VERSION` was
+written by a newer server and is refused rather than misread.
+"""
+
+from __future__ import annotations
+
+VERSION = 1
+
+MIGRATIONS: dict[int, tuple[str, ...]] = {
+    1: (
+        # Registry-wide values: the registry index and epoch, so indexes survive a restart.
+        "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+        # One row per registered instance, as the JSON `GET apps` shows it (read back by the
+        # same lenient reader as a registration), with its lease's timestamps.
+        """CREATE TABLE instances (
+            app TEXT NOT NULL,
+            id TEXT NOT NULL,
+            doc BLOB NOT NULL,
+            registration_ms INTEGER NOT NULL,
+            service_up_ms INTEGER NOT NULL,
+            PRIMARY KEY (app, id)
+        )""",
+        # Admin overrides in force, with why, when and until when.
+        """CREATE TABLE overrides (
+            id TEXT PRIMARY KEY,
+            app TEXT NOT NULL,
+            status TEXT NOT NULL,
+            reason TEXT,
+            set_ms INTEGER NOT NULL,
+            expires_ms INTEGER
+        )""",
+        # Every override set, deleted or expired: the audit trail.
+        """CREATE TABLE override_history (
+            seq INTEGER PRIMARY KEY AUTOINCREMENT,
+            at_ms INTEGER NOT NULL,
+            action TEXT NOT NULL,
+            app TEXT NOT NULL,
+            id TEXT NOT NULL,
+            status TEXT,
+            reason TEXT,
+            expires_ms INTEGER
+        )""",
+        "CREATE INDEX override_history_at ON override_history (at_ms)",
+    ),
+}

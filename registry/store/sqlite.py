@@ -1,0 +1,257 @@
+"""The SQLite store, through aiosqlite: its thread does the disk work, off the event loop.
+
+WAL mode, one connection (so one writer), `synchronous=FULL` so that what a commit returned for
+survives a crash of the machine, not only of the process: an admin's override is acknowledged
+only after its commit. Opening a database brings its schema up to date, moves a corrupt file
+aside (the node then starts empty, or from its peers) and refuses one written by a newer server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import aiosqlite
+import orjson
+import structlog
+
+from registry.codec import json_codec, wire
+from registry.model import InstanceInfo, InstanceStatus, LeaseRecord
+from registry.store import schema
+
+log = structlog.get_logger()
+
+BUSY_TIMEOUT_MS = 5_000  # how long a statement waits for another connection's lock
+
+
+class NewerSchema(Exception):
+    """The database was written by a newer server: refuse it rather than misread it."""
+
+
+@dataclass(frozen=True, slots=True)
+class StoredInstance:
+    instance: InstanceInfo
+    registration_ms: int
+    service_up_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class StoredOverride:
+    app: str
+    instance_id: str
+    status: InstanceStatus
+    reason: str | None
+    set_ms: int
+    expires_ms: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """Everything a warm restart restores."""
+
+    instances: list[StoredInstance]
+    overrides: list[StoredOverride]
+    index: int
+    epoch: str | None
+
+
+class Store:
+    def __init__(self, db: aiosqlite.Connection, path: Path) -> None:
+        self._db = db
+        self.path = path
+
+    @classmethod
+    async def open(cls, path: Path, *, now_ms: int) -> Store:
+        """The store at `path`, created, migrated, or replaced when corrupt."""
+        await asyncio.to_thread(path.parent.mkdir, parents=True, exist_ok=True)
+        try:
+            return await cls._open(path)
+        except sqlite3.DatabaseError as exc:
+            if isinstance(exc, sqlite3.OperationalError):  # locked, unreadable: not corruption
+                raise
+            aside = path.with_name(f"{path.name}.corrupt-{now_ms}")
+            log.error(
+                "store_corrupt_moved_aside", path=str(path), moved_to=str(aside), cause=str(exc)
+            )
+            await asyncio.to_thread(_move_aside, path, aside)
+            return await cls._open(path)
+
+    @classmethod
+    async def _open(cls, path: Path) -> Store:
+        db = await aiosqlite.connect(path, isolation_level=None)  # transactions are explicit
+        try:
+            await db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+            await _check_integrity(db)
+            await db.execute("PRAGMA journal_mode = WAL")
+            await db.execute("PRAGMA synchronous = FULL")
+            await _migrate(db, path)
+        except BaseException:
+            await db.close()
+            raise
+        return cls(db, path)
+
+    async def close(self) -> None:
+        await self._db.close()
+
+    # Reading -------------------------------------------------------------------------------
+
+    async def load(self) -> Snapshot:
+        instances = [
+            StoredInstance(
+                instance=wire.instance_from_wire(orjson.loads(doc), now_ms=0),
+                registration_ms=registration_ms,
+                service_up_ms=service_up_ms,
+            )
+            for doc, registration_ms, service_up_ms in await self._db.execute_fetchall(
+                "SELECT doc, registration_ms, service_up_ms FROM instances"
+            )
+        ]
+        overrides = [
+            StoredOverride(app, iid, InstanceStatus(status), reason, set_ms, expires_ms)
+            for app, iid, status, reason, set_ms, expires_ms in await self._db.execute_fetchall(
+                "SELECT app, id, status, reason, set_ms, expires_ms FROM overrides"
+            )
+        ]
+        rows = await self._db.execute_fetchall("SELECT key, value FROM meta")
+        meta: dict[str, str] = {key: value for key, value in rows}
+        return Snapshot(instances, overrides, int(meta.get("index", 0)), meta.get("epoch"))
+
+    async def overrides(self) -> list[StoredOverride]:
+        return (await self.load()).overrides
+
+    async def history(self, *, since_ms: int = 0) -> list[dict[str, object]]:
+        """The override audit trail from `since_ms`, oldest first."""
+        rows = await self._db.execute_fetchall(
+            "SELECT at_ms, action, app, id, status, reason, expires_ms FROM override_history "
+            "WHERE at_ms >= ? ORDER BY seq",
+            (since_ms,),
+        )
+        keys = ("at_ms", "action", "app", "instance_id", "status", "reason", "expires_ms")
+        return [dict(zip(keys, row, strict=True)) for row in rows]
+
+    # Writing -------------------------------------------------------------------------------
+
+    async def write(
+        self,
+        *,
+        upserts: Iterable[LeaseRecord],
+        deletes: Iterable[tuple[str, str]],
+        index: int,
+        epoch: str,
+    ) -> None:
+        """Registrations and changes, removals and the index, in one transaction."""
+        rows = [
+            (
+                lease.instance.app,
+                lease.instance.instance_id,
+                orjson.dumps(json_codec.instance_dict(lease)),
+                lease.registration_ms,
+                lease.service_up_ms,
+            )
+            for lease in upserts
+        ]
+        async with self._transaction() as db:
+            await db.executemany("INSERT OR REPLACE INTO instances VALUES (?, ?, ?, ?, ?)", rows)
+            await db.executemany("DELETE FROM instances WHERE app = ? AND id = ?", list(deletes))
+            await db.executemany(
+                "INSERT OR REPLACE INTO meta VALUES (?, ?)",
+                [("index", str(index)), ("epoch", epoch)],
+            )
+
+    async def set_override(self, override: StoredOverride) -> None:
+        async with self._transaction() as db:
+            await db.execute(
+                "INSERT OR REPLACE INTO overrides VALUES (?, ?, ?, ?, ?, ?)",
+                (
+                    override.instance_id,
+                    override.app,
+                    override.status.value,
+                    override.reason,
+                    override.set_ms,
+                    override.expires_ms,
+                ),
+            )
+            await _record(db, override.set_ms, "set", override)
+
+    async def delete_override(
+        self, app: str, instance_id: str, *, at_ms: int, action: str = "deleted"
+    ) -> None:
+        """Remove an override (`action` says why: deleted by an admin, expired, cancelled)."""
+        async with self._transaction() as db:
+            await db.execute("DELETE FROM overrides WHERE id = ?", (instance_id,))
+            await db.execute(
+                "INSERT INTO override_history (at_ms, action, app, id) VALUES (?, ?, ?, ?)",
+                (at_ms, action, app, instance_id),
+            )
+
+    async def forget_history(self, *, before_ms: int) -> None:
+        async with self._transaction() as db:
+            await db.execute("DELETE FROM override_history WHERE at_ms < ?", (before_ms,))
+
+    def _transaction(self) -> _Transaction:
+        return _Transaction(self._db)
+
+
+class _Transaction:
+    """BEGIN IMMEDIATE ... COMMIT, or ROLLBACK when the block raises."""
+
+    def __init__(self, db: aiosqlite.Connection) -> None:
+        self._db = db
+
+    async def __aenter__(self) -> aiosqlite.Connection:
+        await self._db.execute("BEGIN IMMEDIATE")
+        return self._db
+
+    async def __aexit__(self, kind: object, exc: object, tb: object) -> None:
+        if exc is None:
+            await self._db.execute("COMMIT")
+        else:
+            await self._db.execute("ROLLBACK")
+
+
+async def _record(db: aiosqlite.Connection, at_ms: int, action: str, o: StoredOverride) -> None:
+    await db.execute(
+        "INSERT INTO override_history (at_ms, action, app, id, status, reason, expires_ms) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?)",
+        (at_ms, action, o.app, o.instance_id, o.status.value, o.reason, o.expires_ms),
+    )
+
+
+async def _check_integrity(db: aiosqlite.Connection) -> None:
+    """Raise DatabaseError when the file is not a sound SQLite database."""
+    rows = list(await db.execute_fetchall("PRAGMA quick_check"))
+    if [tuple(row) for row in rows] != [("ok",)]:
+        raise sqlite3.DatabaseError(f"integrity check failed: {rows[:3]}")
+
+
+async def _migrate(db: aiosqlite.Connection, path: Path) -> None:
+    await db.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
+    rows = list(await db.execute_fetchall("SELECT version FROM schema_version"))
+    version = rows[0][0] if rows else 0
+    if version > schema.VERSION:
+        raise NewerSchema(
+            f"{path} has schema version {version}, newer than this server's {schema.VERSION}: "
+            "it was written by a newer server; run that, or move the file away to start empty"
+        )
+    for step in range(version + 1, schema.VERSION + 1):
+        await db.execute("BEGIN IMMEDIATE")
+        try:
+            for statement in schema.MIGRATIONS[step]:
+                await db.execute(statement)
+            await db.execute("DELETE FROM schema_version")
+            await db.execute("INSERT INTO schema_version VALUES (?)", (step,))
+            await db.execute("COMMIT")
+        except BaseException:
+            await db.execute("ROLLBACK")
+            raise
+        log.info("store_migrated", path=str(path), version=step)
+
+
+def _move_aside(path: Path, aside: Path) -> None:
+    for suffix in ("", "-wal", "-shm"):
+        source = path.with_name(path.name + suffix)
+        if source.exists():
+            source.rename(aside.with_name(aside.name + suffix))

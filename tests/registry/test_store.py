@@ -1,0 +1,158 @@
+"""The SQLite store on real files: round trips, migrations, refusals, corrupt files moved aside."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from registry.core import Registry
+from registry.model import InstanceStatus
+from registry.store import schema
+from registry.store.sqlite import NewerSchema, Store, StoredOverride
+from tests.registry.test_core import T0, make
+
+S = InstanceStatus
+
+
+@pytest.fixture
+def path(tmp_path: Path) -> Path:
+    return tmp_path / "data" / "registry.db"
+
+
+async def sql(path: Path, *statements: str) -> list[tuple[object, ...]]:
+    """Run statements on a connection of our own (as another process would); the last's rows."""
+
+    def run() -> list[tuple[object, ...]]:
+        db = sqlite3.connect(path)
+        try:
+            rows: list[tuple[object, ...]] = []
+            for statement in statements:
+                rows = db.execute(statement).fetchall()
+            db.commit()
+            return rows
+        finally:
+            db.close()
+
+    return await asyncio.to_thread(run)
+
+
+def comparable(instance):
+    return dataclasses.replace(instance, action_type=None)
+
+
+class TestOpen:
+    async def test_a_new_store_is_created_at_the_current_version_in_wal_mode(self, path):
+        store = await Store.open(path, now_ms=T0)
+        await store.close()
+        assert [(schema.VERSION,)] == await sql(path, "SELECT version FROM schema_version")
+        assert [("wal",)] == await sql(path, "PRAGMA journal_mode")
+
+    async def test_an_unversioned_database_is_migrated(self, path):
+        """Version 0 (a file with no schema of ours) is brought forward, step by step."""
+        await asyncio.to_thread(path.parent.mkdir, parents=True)
+        await sql(path, "CREATE TABLE unrelated (x INTEGER)")
+        store = await Store.open(path, now_ms=T0)
+        await store.close()
+        assert [(schema.VERSION,)] == await sql(path, "SELECT version FROM schema_version")
+        tables = {row[0] for row in await sql(path, "SELECT name FROM sqlite_master")}
+        assert {"instances", "overrides", "override_history", "meta", "unrelated"} <= tables
+
+    async def test_reopening_keeps_the_data_and_migrates_nothing(self, path):
+        store = await Store.open(path, now_ms=T0)
+        await store.write(upserts=[], deletes=[], index=7, epoch="e1")
+        await store.close()
+        store = await Store.open(path, now_ms=T0)
+        assert (7, "e1") == ((snapshot := await store.load()).index, snapshot.epoch)
+        await store.close()
+
+    async def test_a_newer_schema_is_refused(self, path):
+        await asyncio.to_thread(path.parent.mkdir, parents=True)
+        await sql(
+            path,
+            "CREATE TABLE schema_version (version INTEGER NOT NULL)",
+            "INSERT INTO schema_version VALUES (99)",
+        )
+        with pytest.raises(NewerSchema, match="schema version 99, newer than this server's 1"):
+            await Store.open(path, now_ms=T0)
+
+    async def test_a_corrupt_file_is_moved_aside_and_the_store_starts_empty(self, path):
+        await asyncio.to_thread(path.parent.mkdir, parents=True)
+        garbage = b"this is not a database at all" * 100
+        await asyncio.to_thread(path.write_bytes, garbage)
+        store = await Store.open(path, now_ms=T0)
+        assert [] == (await store.load()).instances
+        await store.close()
+        aside = path.with_name(f"registry.db.corrupt-{T0}")
+        assert garbage == await asyncio.to_thread(aside.read_bytes)
+
+
+class TestRoundTrip:
+    async def test_instances_index_and_epoch_come_back(self, path):
+        registry = Registry()
+        registry.register(make("a", metadata={"zone": "1"}), now_ms=T0)
+        registry.register(make("b", app="PAYMENTS", status=S.STARTING), now_ms=T0 + 1)
+        store = await Store.open(path, now_ms=T0)
+        await store.write(upserts=list(registry.leases()), deletes=[], index=2, epoch="abc")
+        await store.close()
+        store = await Store.open(path, now_ms=T0)
+        snapshot = await store.load()
+        await store.close()
+        by_id = lambda instances: sorted(instances, key=lambda i: i.instance_id)  # noqa: E731
+        assert by_id(comparable(lease.instance) for lease in registry.leases()) == by_id(
+            comparable(stored.instance) for stored in snapshot.instances
+        )
+        assert {T0, T0 + 1} == {stored.registration_ms for stored in snapshot.instances}
+        assert (2, "abc") == (snapshot.index, snapshot.epoch)
+
+    async def test_deletes_remove_and_a_rewrite_replaces(self, path):
+        registry = Registry()
+        registry.register(make("a"), now_ms=T0)
+        registry.register(make("b"), now_ms=T0)
+        store = await Store.open(path, now_ms=T0)
+        await store.write(upserts=list(registry.leases()), deletes=[], index=2, epoch="e")
+        registry.set_status_override("ORDERS", "a", S.OUT_OF_SERVICE, now_ms=T0 + 5)
+        lease_a = registry.get("ORDERS", "a", now_ms=T0 + 5)
+        await store.write(upserts=[lease_a], deletes=[("ORDERS", "b")], index=3, epoch="e")
+        snapshot = await store.load()
+        await store.close()
+        assert [("a", S.OUT_OF_SERVICE)] == [
+            (s.instance.instance_id, s.instance.status) for s in snapshot.instances
+        ]
+
+    async def test_overrides_and_their_history(self, path):
+        store = await Store.open(path, now_ms=T0)
+        override = StoredOverride("ORDERS", "a", S.OUT_OF_SERVICE, "draining", T0, T0 + 3_600_000)
+        await store.set_override(override)
+        await store.set_override(StoredOverride("ORDERS", "b", S.DOWN, None, T0 + 1, None))
+        await store.delete_override("ORDERS", "b", at_ms=T0 + 2)
+        assert [override] == await store.overrides()
+        assert [
+            ("set", "a", "OUT_OF_SERVICE", "draining"),
+            ("set", "b", "DOWN", None),
+            ("deleted", "b", None, None),
+        ] == [
+            (h["action"], h["instance_id"], h["status"], h["reason"]) for h in await store.history()
+        ]
+        await store.forget_history(before_ms=T0 + 1)
+        assert 2 == len(await store.history())
+        await store.close()
+
+    async def test_a_failed_transaction_leaves_nothing_behind(self, path):
+        """A batch that fails half-way is rolled back whole."""
+        registry = Registry()
+        registry.register(make("a"), now_ms=T0)
+        store = await Store.open(path, now_ms=T0)
+        await sql(
+            path,
+            "CREATE TRIGGER no_b BEFORE INSERT ON instances WHEN NEW.id = 'b' "
+            "BEGIN SELECT RAISE(ABORT, 'refused'); END",
+        )
+        registry.register(make("b"), now_ms=T0)
+        with pytest.raises(sqlite3.IntegrityError):
+            await store.write(upserts=list(registry.leases()), deletes=[], index=2, epoch="e")
+        assert [] == (await store.load()).instances
+        await store.close()
