@@ -9,9 +9,10 @@ aside (the node then starts empty, or from its peers) and refuses one written by
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sqlite3
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import aiosqlite
@@ -49,6 +50,28 @@ class StoredOverride:
 
 
 @dataclass(frozen=True, slots=True)
+class OverrideGone:
+    """An override removed: `action` says why (deleted by an admin, expired, cancelled)."""
+
+    app: str
+    instance_id: str
+    at_ms: int
+    action: str = "deleted"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Batch:
+    """One transaction's worth of changes."""
+
+    upserts: list[LeaseRecord] = field(default_factory=list)
+    deletes: list[tuple[str, str]] = field(default_factory=list)
+    overrides_set: list[StoredOverride] = field(default_factory=list)
+    overrides_gone: list[OverrideGone] = field(default_factory=list)
+    index: int = 0
+    epoch: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class Snapshot:
     """Everything a warm restart restores."""
 
@@ -61,14 +84,17 @@ class Snapshot:
 class Store:
     def __init__(self, db: aiosqlite.Connection, path: Path) -> None:
         self._db = db
+        self._writing = asyncio.Lock()  # one transaction at a time on the one connection
         self.path = path
 
     @classmethod
-    async def open(cls, path: Path, *, now_ms: int) -> Store:
+    async def open(
+        cls, path: Path, *, now_ms: int, busy_timeout_ms: int = BUSY_TIMEOUT_MS
+    ) -> Store:
         """The store at `path`, created, migrated, or replaced when corrupt."""
         await asyncio.to_thread(path.parent.mkdir, parents=True, exist_ok=True)
         try:
-            return await cls._open(path)
+            return await cls._open(path, busy_timeout_ms)
         except sqlite3.DatabaseError as exc:
             if isinstance(exc, sqlite3.OperationalError):  # locked, unreadable: not corruption
                 raise
@@ -77,13 +103,13 @@ class Store:
                 "store_corrupt_moved_aside", path=str(path), moved_to=str(aside), cause=str(exc)
             )
             await asyncio.to_thread(_move_aside, path, aside)
-            return await cls._open(path)
+            return await cls._open(path, busy_timeout_ms)
 
     @classmethod
-    async def _open(cls, path: Path) -> Store:
+    async def _open(cls, path: Path, busy_timeout_ms: int) -> Store:
         db = await aiosqlite.connect(path, isolation_level=None)  # transactions are explicit
         try:
-            await db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+            await db.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
             await _check_integrity(db)
             await db.execute("PRAGMA journal_mode = WAL")
             await db.execute("PRAGMA synchronous = FULL")
@@ -134,15 +160,8 @@ class Store:
 
     # Writing -------------------------------------------------------------------------------
 
-    async def write(
-        self,
-        *,
-        upserts: Iterable[LeaseRecord],
-        deletes: Iterable[tuple[str, str]],
-        index: int,
-        epoch: str,
-    ) -> None:
-        """Registrations and changes, removals and the index, in one transaction."""
+    async def write(self, batch: Batch) -> None:
+        """Everything in `batch`, in one transaction: all of it is written, or none."""
         rows = [
             (
                 lease.instance.app,
@@ -151,65 +170,51 @@ class Store:
                 lease.registration_ms,
                 lease.service_up_ms,
             )
-            for lease in upserts
+            for lease in batch.upserts
         ]
         async with self._transaction() as db:
             await db.executemany("INSERT OR REPLACE INTO instances VALUES (?, ?, ?, ?, ?)", rows)
-            await db.executemany("DELETE FROM instances WHERE app = ? AND id = ?", list(deletes))
+            await db.executemany("DELETE FROM instances WHERE app = ? AND id = ?", batch.deletes)
+            for override in batch.overrides_set:
+                await db.execute(
+                    "INSERT OR REPLACE INTO overrides VALUES (?, ?, ?, ?, ?, ?)",
+                    (
+                        override.instance_id,
+                        override.app,
+                        override.status.value,
+                        override.reason,
+                        override.set_ms,
+                        override.expires_ms,
+                    ),
+                )
+                await _record(db, override.set_ms, "set", override)
+            for gone in batch.overrides_gone:
+                await db.execute("DELETE FROM overrides WHERE id = ?", (gone.instance_id,))
+                await db.execute(
+                    "INSERT INTO override_history (at_ms, action, app, id) VALUES (?, ?, ?, ?)",
+                    (gone.at_ms, gone.action, gone.app, gone.instance_id),
+                )
             await db.executemany(
                 "INSERT OR REPLACE INTO meta VALUES (?, ?)",
-                [("index", str(index)), ("epoch", epoch)],
-            )
-
-    async def set_override(self, override: StoredOverride) -> None:
-        async with self._transaction() as db:
-            await db.execute(
-                "INSERT OR REPLACE INTO overrides VALUES (?, ?, ?, ?, ?, ?)",
-                (
-                    override.instance_id,
-                    override.app,
-                    override.status.value,
-                    override.reason,
-                    override.set_ms,
-                    override.expires_ms,
-                ),
-            )
-            await _record(db, override.set_ms, "set", override)
-
-    async def delete_override(
-        self, app: str, instance_id: str, *, at_ms: int, action: str = "deleted"
-    ) -> None:
-        """Remove an override (`action` says why: deleted by an admin, expired, cancelled)."""
-        async with self._transaction() as db:
-            await db.execute("DELETE FROM overrides WHERE id = ?", (instance_id,))
-            await db.execute(
-                "INSERT INTO override_history (at_ms, action, app, id) VALUES (?, ?, ?, ?)",
-                (at_ms, action, app, instance_id),
+                [("index", str(batch.index)), ("epoch", batch.epoch)],
             )
 
     async def forget_history(self, *, before_ms: int) -> None:
         async with self._transaction() as db:
             await db.execute("DELETE FROM override_history WHERE at_ms < ?", (before_ms,))
 
-    def _transaction(self) -> _Transaction:
-        return _Transaction(self._db)
-
-
-class _Transaction:
-    """BEGIN IMMEDIATE ... COMMIT, or ROLLBACK when the block raises."""
-
-    def __init__(self, db: aiosqlite.Connection) -> None:
-        self._db = db
-
-    async def __aenter__(self) -> aiosqlite.Connection:
-        await self._db.execute("BEGIN IMMEDIATE")
-        return self._db
-
-    async def __aexit__(self, kind: object, exc: object, tb: object) -> None:
-        if exc is None:
-            await self._db.execute("COMMIT")
-        else:
-            await self._db.execute("ROLLBACK")
+    @contextlib.asynccontextmanager
+    async def _transaction(self) -> AsyncIterator[aiosqlite.Connection]:
+        """BEGIN IMMEDIATE ... COMMIT, or ROLLBACK when the block raises."""
+        async with self._writing:
+            await self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._db
+                await self._db.execute("COMMIT")
+            except BaseException:  # the block or the commit failed (a full disk fails there)
+                with contextlib.suppress(sqlite3.Error):
+                    await self._db.execute("ROLLBACK")
+                raise
 
 
 async def _record(db: aiosqlite.Connection, at_ms: int, action: str, o: StoredOverride) -> None:

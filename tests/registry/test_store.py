@@ -12,7 +12,7 @@ import pytest
 from registry.core import Registry
 from registry.model import InstanceStatus
 from registry.store import schema
-from registry.store.sqlite import NewerSchema, Store, StoredOverride
+from registry.store.sqlite import Batch, NewerSchema, OverrideGone, Store, StoredOverride
 from tests.registry.test_core import T0, make
 
 S = InstanceStatus
@@ -63,7 +63,7 @@ class TestOpen:
 
     async def test_reopening_keeps_the_data_and_migrates_nothing(self, path):
         store = await Store.open(path, now_ms=T0)
-        await store.write(upserts=[], deletes=[], index=7, epoch="e1")
+        await store.write(Batch(index=7, epoch="e1"))
         await store.close()
         store = await Store.open(path, now_ms=T0)
         assert (7, "e1") == ((snapshot := await store.load()).index, snapshot.epoch)
@@ -96,7 +96,7 @@ class TestRoundTrip:
         registry.register(make("a", metadata={"zone": "1"}), now_ms=T0)
         registry.register(make("b", app="PAYMENTS", status=S.STARTING), now_ms=T0 + 1)
         store = await Store.open(path, now_ms=T0)
-        await store.write(upserts=list(registry.leases()), deletes=[], index=2, epoch="abc")
+        await store.write(Batch(upserts=list(registry.leases()), index=2, epoch="abc"))
         await store.close()
         store = await Store.open(path, now_ms=T0)
         snapshot = await store.load()
@@ -113,10 +113,10 @@ class TestRoundTrip:
         registry.register(make("a"), now_ms=T0)
         registry.register(make("b"), now_ms=T0)
         store = await Store.open(path, now_ms=T0)
-        await store.write(upserts=list(registry.leases()), deletes=[], index=2, epoch="e")
+        await store.write(Batch(upserts=list(registry.leases()), index=2, epoch="e"))
         registry.set_status_override("ORDERS", "a", S.OUT_OF_SERVICE, now_ms=T0 + 5)
         lease_a = registry.get("ORDERS", "a", now_ms=T0 + 5)
-        await store.write(upserts=[lease_a], deletes=[("ORDERS", "b")], index=3, epoch="e")
+        await store.write(Batch(upserts=[lease_a], deletes=[("ORDERS", "b")], index=3, epoch="e"))
         snapshot = await store.load()
         await store.close()
         assert [("a", S.OUT_OF_SERVICE)] == [
@@ -126,9 +126,9 @@ class TestRoundTrip:
     async def test_overrides_and_their_history(self, path):
         store = await Store.open(path, now_ms=T0)
         override = StoredOverride("ORDERS", "a", S.OUT_OF_SERVICE, "draining", T0, T0 + 3_600_000)
-        await store.set_override(override)
-        await store.set_override(StoredOverride("ORDERS", "b", S.DOWN, None, T0 + 1, None))
-        await store.delete_override("ORDERS", "b", at_ms=T0 + 2)
+        other = StoredOverride("ORDERS", "b", S.DOWN, None, T0 + 1, None)
+        await store.write(Batch(overrides_set=[override, other]))
+        await store.write(Batch(overrides_gone=[OverrideGone("ORDERS", "b", T0 + 2)]))
         assert [override] == await store.overrides()
         assert [
             ("set", "a", "OUT_OF_SERVICE", "draining"),
@@ -153,6 +153,6 @@ class TestRoundTrip:
         )
         registry.register(make("b"), now_ms=T0)
         with pytest.raises(sqlite3.IntegrityError):
-            await store.write(upserts=list(registry.leases()), deletes=[], index=2, epoch="e")
+            await store.write(Batch(upserts=list(registry.leases()), index=2, epoch="e"))
         assert [] == (await store.load()).instances
         await store.close()
