@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import sqlite3
 from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 
 import structlog
 from aiohttp import web
@@ -22,8 +24,10 @@ from registry.appkeys import (
     PRESERVATION,
     READS,
     REGISTRY,
+    RESTORED,
     SETTINGS,
     STARTED_AT,
+    WRITER,
 )
 from registry.cache import ResponseCache
 from registry.clock import Clock, SystemClock
@@ -35,6 +39,9 @@ from registry.http import add_routes
 from registry.journal import DeltaJournal
 from registry.preservation import MINUTE, SelfPreservation
 from registry.settings import Settings
+from registry.store.restore import restore
+from registry.store.sqlite import Store
+from registry.store.writer import StoreWriter
 from registry.tasks import cancel_and_wait, run_every
 
 __all__ = ["CACHE", "CLOCK", "JOURNAL", "REGISTRY", "SETTINGS", "create_app"]
@@ -79,12 +86,15 @@ def create_app(
     app[CACHE] = cache
     app[PRESERVATION] = preservation
     app[FEED] = feed
+    app[WRITER] = None
+    app[RESTORED] = 0
     app[STARTED_AT] = clock.monotonic()
     app[READS] = ReadGate()
     app[CLUSTER] = Cluster(registry, clock, settings)
     app[DIGESTS] = Digests(registry)
     add_routes(app)
     app.on_shutdown.append(_end_watches)
+    app.cleanup_ctx.append(_store)  # first: the registry is restored before anything runs
     app.cleanup_ctx.append(_evictor)
     app.cleanup_ctx.append(_journal_cleaner)
     app.cleanup_ctx.append(_keepalives)
@@ -125,7 +135,7 @@ def _peers(reload: Reload | None) -> Callable[[web.Application], AsyncIterator[N
                 name="anti_entropy",
             )
         ]
-        if cluster.dispatchers:
+        if cluster.dispatchers and not app[RESTORED]:  # restored state is served at once
             gate.close("copying the registry from peers")
             sync = sync_at_start(
                 cluster.clients,
@@ -158,6 +168,35 @@ async def _reload(cluster: Cluster, reload: Reload) -> None:
         return
     cluster.set_peers(settings.peers)
     log.info("settings_reloaded", peers=list(cluster.dispatchers))
+
+
+async def _store(app: web.Application) -> AsyncIterator[None]:
+    """Restore the registry from the store, then write its changes behind until shutdown."""
+    settings, clock = app[SETTINGS], app[CLOCK]
+    if not settings.store:
+        yield
+        return
+    path = Path(settings.data_dir) / "registry.db"
+    try:
+        store = await Store.open(path, now_ms=clock.wall_ms())
+    except sqlite3.Error as exc:  # NewerSchema is not: it stops the start-up
+        log.error("store_unavailable", path=str(path), cause=f"{type(exc).__name__}: {exc}")
+        yield  # serve from memory; nothing is restored or written
+        return
+    snapshot = await store.load()
+    app[RESTORED] = restore(app[REGISTRY], app[JOURNAL], snapshot, now_ms=clock.wall_ms())
+    if app[RESTORED]:
+        app[READS].open(f"restored {app[RESTORED]} instances from {path}")
+    writer = app[WRITER] = StoreWriter(store, app[REGISTRY], clock)
+    writer.restored(snapshot.overrides)
+    app[REGISTRY].subscribe(writer.on_change)
+    task = asyncio.create_task(
+        run_every(clock, settings.store_flush_interval, writer.flush_logged, name="store_flush")
+    )
+    yield
+    await cancel_and_wait(task)
+    await writer.flush_logged()  # what is owed, before the store closes
+    await store.close()
 
 
 async def _evictor(app: web.Application) -> AsyncIterator[None]:

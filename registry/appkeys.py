@@ -13,6 +13,7 @@ from registry.gate import ReadGate
 from registry.journal import DeltaJournal
 from registry.preservation import SelfPreservation
 from registry.settings import Settings
+from registry.store.writer import StoreWriter
 
 REGISTRY = web.AppKey("registry", Registry)
 JOURNAL = web.AppKey("journal", DeltaJournal)
@@ -23,4 +24,7 @@ READS = web.AppKey("reads", ReadGate)
 CLUSTER = web.AppKey("cluster", Cluster)
 PRESERVATION = web.AppKey("preservation", SelfPreservation)
 FEED = web.AppKey("feed", ChangeFeed)
+# The store's writer; None when the store is off, or could not be opened (then say why).
+WRITER: web.AppKey[StoreWriter | None] = web.AppKey("writer")
+RESTORED = web.AppKey("restored", int)  # instances a warm restart brought back
 STARTED_AT = web.AppKey("started_at", float)  # monotonic seconds, for uptime

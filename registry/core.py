@@ -143,6 +143,12 @@ class Registry:
             self.outbox(_A.REGISTER, registrant.app, iid)
         return lease.instance
 
+    def restore(self, overrides: Mapping[str, InstanceStatus], index: int) -> None:
+        """Take a store's overrides and index (a warm restart), before its instances come back:
+        restored instances then show their overrides, and the index never goes backwards."""
+        self._overrides.update(overrides)
+        self.index = max(self.index, index)
+
     def adopt(self, instance: InstanceInfo, *, now_ms: int, last_renewal_ms: int) -> bool:
         """Take a peer's copy of an instance as ours, override included (contract 11.4).
 

@@ -8,6 +8,7 @@ RegistryError               500  a bug: never raised on purpose for bad input
 ├── NotServed               403  a read this node does not serve now (delta disabled)
 │   └── NotSynced           403  ... because it has not copied the registry from its peers yet
 ├── IndexExpired            410  a watch or long-poll asks for changes no longer kept
+├── StoreUnavailable        503  an override is in force but could not be written to disk yet
 └── StaleReplica            409  a peer holds older data than ours; it gets our copy
 """
 
@@ -55,6 +56,10 @@ class NotSynced(NotServed):
 
 
 class IndexExpired(RegistryError):
+    pass
+
+
+class StoreUnavailable(RegistryError):
     pass
 
 

@@ -40,6 +40,10 @@ class DeltaJournal:
         self.purge(now_ms=now_ms)
         return _grouped(self._events)
 
+    def forget_through(self, index: int) -> None:
+        """Treat every change up to `index` as forgotten (those of a run before a restart)."""
+        self.forgotten_index = max(self.forgotten_index, index)
+
     def after(self, index: int) -> list[ChangeEvent] | None:
         """The changes after registry index `index`, oldest first; None when some of them
         have been forgotten already, so only a full fetch can catch up."""

@@ -64,6 +64,10 @@ class Settings:
     peer_sync_budget: float = 30 * SECONDS  # start-up copy from peers: total time for attempts
     peer_sync_empty_window: float = 5 * MINUTES  # reads answer 403 at most this long
     anti_entropy_interval: float = 30 * SECONDS
+    # Persistence: the registry and overrides in SQLite, so a restart loses nothing
+    store: bool = True
+    data_dir: str = "data"  # the database is data_dir/registry.db
+    store_flush_interval: float = 0.2 * SECONDS  # changes are written behind, this far apart
     # HTTP
     max_body_bytes: int = 1024 * 1024
     access_log: bool = False
@@ -89,6 +93,7 @@ class Settings:
             "peer_sync_budget",
             "peer_sync_empty_window",
             "anti_entropy_interval",
+            "store_flush_interval",
         ):
             if getattr(self, key) <= 0:
                 raise SettingsError(f"{key}: must be positive, not {getattr(self, key)}")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
 
 import pytest
 from aiohttp import web
@@ -19,6 +20,12 @@ def blockbuster() -> Iterator[BlockBuster]:
     """Fail any test whose code blocks the event loop."""
     with blockbuster_ctx() as bb:
         yield bb
+
+
+@pytest.fixture(autouse=True)
+def in_tmp_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test runs in a directory of its own, so every server's `./data` store is its own."""
+    monkeypatch.chdir(tmp_path)
 
 
 @pytest.fixture

@@ -77,7 +77,13 @@ async def test_serves_then_stops_on_a_signal(sig):
             await process.wait()
     assert 0 == process.returncode
     events = [json.loads(line)["event"] for line in stderr.decode().splitlines()]
-    assert ["server_starting", "instance_registered", "server_stopped"] == events
+    assert [
+        "server_starting",
+        "store_migrated",  # a new ./data/registry.db in the test's own directory
+        "store_restored",
+        "instance_registered",
+        "server_stopped",
+    ] == events
 
 
 async def test_bad_settings_stop_start_up_naming_the_key():

@@ -5,9 +5,9 @@ from __future__ import annotations
 import orjson
 from aiohttp import web
 
-from registry.appkeys import CLOCK, REGISTRY
+from registry.appkeys import CLOCK, REGISTRY, WRITER
 from registry.codec import wire
-from registry.errors import BadInput
+from registry.errors import BadInput, StoreUnavailable
 from registry.http import params
 from registry.model import InstanceStatus
 
@@ -23,6 +23,7 @@ async def set_status_override(request: web.Request) -> web.Response:
         last_dirty_ms=params.last_dirty_ms(params.query_string(request)),
         is_replication=params.is_replication(request),
     )
+    await _committed(request)
     return web.Response()
 
 
@@ -37,6 +38,7 @@ async def delete_status_override(request: web.Request) -> web.Response:
         last_dirty_ms=params.last_dirty_ms(params.query_string(request)),
         is_replication=params.is_replication(request),
     )
+    await _committed(request)
     return web.Response()
 
 
@@ -64,3 +66,18 @@ async def status_overrides(request: web.Request) -> web.Response:
     """GET /eureka/serverinfo/statusoverrides: every override in force, id -> status."""
     overrides = {iid: status.value for iid, status in request.app[REGISTRY].overrides().items()}
     return web.Response(body=orjson.dumps(overrides), content_type="application/json")
+
+
+async def _committed(request: web.Request) -> None:
+    """An admin's decision is on disk before it is acknowledged (when the store is on)."""
+    writer = request.app[WRITER]
+    if writer is None:
+        return
+    try:
+        await writer.flush()
+    except Exception as exc:
+        raise StoreUnavailable(
+            "the override is in force on this node (and sent to its peers) but could not be "
+            f"written to disk ({type(exc).__name__}: {exc}); it is written when the store "
+            "recovers, and lost if this node stops before then"
+        ) from None

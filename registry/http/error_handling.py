@@ -34,6 +34,7 @@ STATUS_FOR: dict[type, int] = {
     errors.NotServed: 403,
     errors.StaleReplica: 409,
     errors.IndexExpired: 410,
+    errors.StoreUnavailable: 503,
 }
 
 _HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 413: "body_too_large"}

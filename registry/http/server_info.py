@@ -10,7 +10,16 @@ from xml.sax.saxutils import escape as xml_escape
 import orjson
 from aiohttp import web
 
-from registry.appkeys import CLOCK, CLUSTER, PRESERVATION, READS, REGISTRY, STARTED_AT
+from registry.appkeys import (
+    CLOCK,
+    CLUSTER,
+    PRESERVATION,
+    READS,
+    REGISTRY,
+    SETTINGS,
+    STARTED_AT,
+    WRITER,
+)
 from registry.codec import Format
 from registry.codec.xml_codec import escape_name
 from registry.http.negotiation import payload, response_format
@@ -50,10 +59,20 @@ async def status(request: web.Request) -> web.Response:
         "selfPreservation": request.app[PRESERVATION].status(
             len(registry), request.app[CLOCK].monotonic()
         ),
+        "store": _store_status(request.app),
     }
     fmt = response_format(request)
     body = orjson.dumps(info) if fmt is Format.JSON else _xml(info)
     return payload(request, fmt, body)
+
+
+def _store_status(app: web.Application) -> dict[str, object]:
+    writer = app[WRITER]
+    if writer is not None:
+        return writer.status()
+    if not app[SETTINGS].store:
+        return {"enabled": False}
+    return {"enabled": True, "degraded": True, "last-error": "could not be opened; see the log"}
 
 
 def _uptime(seconds: float) -> str:

@@ -6,6 +6,7 @@ import asyncio
 import os
 import socket
 import sys
+import tempfile
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
@@ -52,15 +53,17 @@ async def registry(port: int | None = None, **settings: object) -> AsyncIterator
     starting too), so the nodes of a cluster must be started together, not one after another.
     """
     port = port or free_port()
-    env = {
-        **os.environ,
-        "REGISTRY_LOG_LEVEL": "warning",
-        "REGISTRY_LOG_FORMAT": "json",
-        **{f"REGISTRY_{key.upper()}": str(value) for key, value in settings.items()},
-    }
-    command = [sys.executable, "-m", "registry", "serve", "--port", str(port)]
-    async with _process(command, env, f"http://127.0.0.1:{port}", "/eureka/apps") as server:
-        yield server
+    with tempfile.TemporaryDirectory(prefix="bench-data-") as data_dir:
+        env = {
+            **os.environ,
+            "REGISTRY_LOG_LEVEL": "warning",
+            "REGISTRY_LOG_FORMAT": "json",
+            "REGISTRY_DATA_DIR": data_dir,  # each server's store its own, gone afterwards
+            **{f"REGISTRY_{key.upper()}": str(value) for key, value in settings.items()},
+        }
+        command = [sys.executable, "-m", "registry", "serve", "--port", str(port)]
+        async with _process(command, env, f"http://127.0.0.1:{port}", "/eureka/apps") as server:
+            yield server
 
 
 @asynccontextmanager

@@ -33,6 +33,8 @@ POLL = 0.05
 REPLICATION = {"x-netflix-discovery-replication": "true"}
 # Short timings, so that every step of a test takes a second or two at most.
 TIMINGS = {
+    # These nodes keep no state on disk: a restarted one starts empty and copies its peers.
+    "store": "false",
     "replication_batch_delay": 0.05,
     "replication_max_backoff": 1,
     "anti_entropy_interval": 1,

@@ -1,0 +1,167 @@
+"""Warm restarts of a real server process on loopback: what was acknowledged comes back.
+
+The server runs as `python -m registry serve` with its store in the test's directory. It is
+stopped with SIGTERM (a drain: everything pending is written) or SIGKILL (nothing more is
+written), then started again on the same data.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from tests.bench.processes import free_port
+from tests.helpers import instance_doc
+
+pytestmark = pytest.mark.slow
+
+TIMEOUT = 15.0
+JSON = {"Accept": "application/json"}
+
+
+class Server:
+    def __init__(self, session: aiohttp.ClientSession, data_dir: Path) -> None:
+        self.session = session
+        self.data_dir = data_dir
+        self.port = free_port()
+        self.base = f"http://127.0.0.1:{self.port}/eureka"
+        self.process: asyncio.subprocess.Process | None = None
+
+    async def start(self) -> None:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("REGISTRY_")}
+        env |= {
+            "REGISTRY_DATA_DIR": str(self.data_dir),
+            "REGISTRY_LOG_LEVEL": "warning",
+            "REGISTRY_LOG_FORMAT": "json",
+        }
+        self.process = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "registry",
+            "serve",
+            "--port",
+            str(self.port),
+            env=env,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.DEVNULL,
+        )
+        await self.until(self.serving)
+
+    async def stop(self, sig: int) -> None:
+        assert self.process is not None
+        self.process.send_signal(sig)
+        await asyncio.wait_for(self.process.wait(), TIMEOUT)
+
+    async def serving(self) -> bool:
+        try:
+            async with self.session.get(f"{self.base}/apps", headers=JSON) as response:
+                return response.status == 200
+        except aiohttp.ClientConnectionError:
+            return False
+
+    async def until(self, probe: Any) -> None:
+        """Poll `probe` until it holds; a real process needs real time to start or write."""
+        deadline = asyncio.get_running_loop().time() + TIMEOUT
+        while not await probe():
+            assert asyncio.get_running_loop().time() < deadline, "timed out"
+            await asyncio.sleep(0.05)
+
+    async def written(self) -> bool:
+        """Nothing is waiting to be written behind."""
+        store = (await self.get("status"))["store"]
+        return store.get("pending", 0) == 0 and not store.get("degraded", False)
+
+    async def get(self, path: str) -> Any:
+        async with self.session.get(f"{self.base}/{path}", headers=JSON) as response:
+            assert 200 == response.status, await response.text()
+            return await response.json()
+
+    async def call(self, method: str, path: str, body: Any = None) -> int:
+        async with self.session.request(method, f"{self.base}/{path}", json=body) as response:
+            return response.status
+
+    async def register(self, app: str, iid: str) -> None:
+        assert 204 == await self.call("POST", f"apps/{app}", {"instance": instance_doc(app, iid)})
+
+    async def instances(self) -> dict[str, tuple[str, str]]:
+        """instance id -> (status, overriddenStatus), failing on a duplicate."""
+        seen: dict[str, tuple[str, str]] = {}
+        for app in (await self.get("apps"))["applications"]["application"]:
+            for i in app["instance"]:
+                assert i["instanceId"] not in seen, f"{i['instanceId']} twice"
+                seen[i["instanceId"]] = (i["status"], i["overriddenStatus"])
+        return seen
+
+
+@pytest.fixture
+async def server(tmp_path: Path) -> AsyncIterator[Server]:
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as session:
+        server = Server(session, tmp_path / "data")
+        try:
+            yield server
+        finally:
+            if server.process is not None and server.process.returncode is None:
+                server.process.kill()
+                await server.process.wait()
+
+
+async def populate(server: Server) -> dict[str, tuple[str, str]]:
+    """30 registrations in 3 apps, concurrently; 5 overrides, one deleted; 2 cancels."""
+    ids = [(f"APP{n % 3}", f"i-{n}") for n in range(30)]
+    await asyncio.gather(*(server.register(app, iid) for app, iid in ids))
+    for app, iid in ids[:5]:
+        assert 200 == await server.call("PUT", f"apps/{app}/{iid}/status?value=OUT_OF_SERVICE")
+    assert 200 == await server.call("DELETE", f"apps/{ids[4][0]}/{ids[4][1]}/status?value=UP")
+    for app, iid in ids[-2:]:
+        assert 200 == await server.call("DELETE", f"apps/{app}/{iid}")
+    expected = {iid: ("UP", "UNKNOWN") for _, iid in ids[:-2]}
+    expected |= {iid: ("OUT_OF_SERVICE", "OUT_OF_SERVICE") for _, iid in ids[:4]}
+    return expected
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
+async def test_a_restart_brings_back_the_registry_and_its_overrides(server, sig):
+    """Everything acknowledged and written behind is back, once each, overrides in force."""
+    await server.start()
+    expected = await populate(server)
+    await server.until(server.written)  # the write-behind interval has passed
+    await server.stop(sig)
+    await server.start()
+    assert expected == await server.instances()
+    overrides = await server.get("serverinfo/statusoverrides")
+    assert {f"i-{n}" for n in range(4)} <= set(overrides)
+
+
+async def test_an_acknowledged_override_survives_an_immediate_kill(server):
+    """An override is on disk before its 200: SIGKILL right after it loses nothing."""
+    await server.start()
+    await server.register("ORDERS", "i-1")
+    await server.until(server.written)
+    assert 200 == await server.call("PUT", "apps/ORDERS/i-1/status?value=OUT_OF_SERVICE")
+    await server.stop(signal.SIGKILL)
+    await server.start()
+    assert {"i-1": ("OUT_OF_SERVICE", "OUT_OF_SERVICE")} == await server.instances()
+
+
+async def test_registrations_acknowledged_just_before_a_kill_are_there_or_not_but_never_twice(
+    server,
+):
+    """Registrations younger than the write-behind interval may be lost to SIGKILL; whatever
+    is back is back once, and restored instances keep renewing."""
+    await server.start()
+    await asyncio.gather(*(server.register("ORDERS", f"i-{n}") for n in range(50)))
+    await server.stop(signal.SIGKILL)
+    await server.start()
+    back = await server.instances()
+    assert set(back) <= {f"i-{n}" for n in range(50)}
+    for iid in back:
+        assert 200 == await server.call("PUT", f"apps/ORDERS/{iid}")
