@@ -18,6 +18,7 @@ from aiohttp import web
 from registry.app import create_app
 from registry.logs import configure
 from registry.settings import Settings, SettingsError
+from registry.store.sqlite import NewerSchema
 
 DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "config" / "default.toml"
 
@@ -70,14 +71,19 @@ def main(argv: list[str] | None = None) -> int:
         peers=list(settings.peers),
         loop=loop_name(loop),
     )
-    web.run_app(
-        create_app(settings, reload=load),
-        host=settings.host,
-        port=settings.port,
-        access_log=logging.getLogger("aiohttp.access") if settings.access_log else None,
-        print=None,
-        loop=loop,
-    )
+    try:
+        web.run_app(
+            create_app(settings, reload=load),
+            host=settings.host,
+            port=settings.port,
+            access_log=logging.getLogger("aiohttp.access") if settings.access_log else None,
+            print=None,
+            loop=loop,
+        )
+    except NewerSchema as exc:
+        log.error("store_refused", detail=str(exc))
+        print(f"service-registry: {exc}", file=sys.stderr)
+        return 2
     log.info("server_stopped")
     return 0
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import signal
-import sqlite3
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
@@ -40,7 +39,6 @@ from registry.journal import DeltaJournal
 from registry.preservation import MINUTE, SelfPreservation
 from registry.settings import Settings
 from registry.store.restore import restore
-from registry.store.sqlite import Store
 from registry.store.writer import StoreWriter
 from registry.tasks import cancel_and_wait, run_every
 
@@ -172,31 +170,28 @@ async def _reload(cluster: Cluster, reload: Reload) -> None:
 
 async def _store(app: web.Application) -> AsyncIterator[None]:
     """Restore the registry from the store, then write its changes behind until shutdown."""
-    settings, clock = app[SETTINGS], app[CLOCK]
+    settings, clock, registry = app[SETTINGS], app[CLOCK], app[REGISTRY]
     if not settings.store:
         yield
         return
-    path = Path(settings.data_dir) / "registry.db"
-    try:
-        store = await Store.open(path, now_ms=clock.wall_ms())
-    except sqlite3.Error as exc:  # NewerSchema is not: it stops the start-up
-        log.error("store_unavailable", path=str(path), cause=f"{type(exc).__name__}: {exc}")
-        yield  # serve from memory; nothing is restored or written
-        return
-    snapshot = await store.load()
-    app[RESTORED] = restore(app[REGISTRY], app[JOURNAL], snapshot, now_ms=clock.wall_ms())
-    if app[RESTORED]:
-        app[READS].open(f"restored {app[RESTORED]} instances from {path}")
-    writer = app[WRITER] = StoreWriter(store, app[REGISTRY], clock)
-    writer.restored(snapshot.overrides)
-    app[REGISTRY].subscribe(writer.on_change)
+    writer = app[WRITER] = StoreWriter(
+        Path(settings.data_dir) / "registry.db",
+        registry,
+        clock,
+        busy_timeout_ms=int(settings.store_busy_timeout * 1000),
+    )
+    snapshot = await writer.open()  # None: unavailable; degraded until a flush can open it
+    if snapshot is not None:
+        app[RESTORED] = restore(registry, app[JOURNAL], snapshot, now_ms=clock.wall_ms())
+        if app[RESTORED]:
+            app[READS].open(f"restored {app[RESTORED]} instances from {writer.path}")
+    registry.subscribe(writer.on_change)
     task = asyncio.create_task(
         run_every(clock, settings.store_flush_interval, writer.flush_logged, name="store_flush")
     )
     yield
     await cancel_and_wait(task)
-    await writer.flush_logged()  # what is owed, before the store closes
-    await store.close()
+    await writer.close()  # what is owed is written first
 
 
 async def _evictor(app: web.Application) -> AsyncIterator[None]:

@@ -68,6 +68,7 @@ class Settings:
     store: bool = True
     data_dir: str = "data"  # the database is data_dir/registry.db
     store_flush_interval: float = 0.2 * SECONDS  # changes are written behind, this far apart
+    store_busy_timeout: float = 5 * SECONDS  # a write waits this long for another's lock
     # HTTP
     max_body_bytes: int = 1024 * 1024
     access_log: bool = False
@@ -94,6 +95,7 @@ class Settings:
             "peer_sync_empty_window",
             "anti_entropy_interval",
             "store_flush_interval",
+            "store_busy_timeout",
         ):
             if getattr(self, key) <= 0:
                 raise SettingsError(f"{key}: must be positive, not {getattr(self, key)}")

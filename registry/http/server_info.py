@@ -16,7 +16,6 @@ from registry.appkeys import (
     PRESERVATION,
     READS,
     REGISTRY,
-    SETTINGS,
     STARTED_AT,
     WRITER,
 )
@@ -70,9 +69,7 @@ def _store_status(app: web.Application) -> dict[str, object]:
     writer = app[WRITER]
     if writer is not None:
         return writer.status()
-    if not app[SETTINGS].store:
-        return {"enabled": False}
-    return {"enabled": True, "degraded": True, "last-error": "could not be opened; see the log"}
+    return {"enabled": False}
 
 
 def _uptime(seconds: float) -> str:

@@ -69,6 +69,7 @@ class Batch:
     overrides_gone: list[OverrideGone] = field(default_factory=list)
     index: int = 0
     epoch: str = ""
+    everything: bool = False  # the whole registry: replace what the store holds
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,18 +162,18 @@ class Store:
     # Writing -------------------------------------------------------------------------------
 
     async def write(self, batch: Batch) -> None:
-        """Everything in `batch`, in one transaction: all of it is written, or none."""
-        rows = [
-            (
-                lease.instance.app,
-                lease.instance.instance_id,
-                orjson.dumps(json_codec.instance_dict(lease)),
-                lease.registration_ms,
-                lease.service_up_ms,
-            )
-            for lease in batch.upserts
-        ]
+        """Everything in `batch`, in one transaction: all of it is written, or none.
+
+        With `batch.everything`, the batch is the whole registry: what the store holds beyond
+        it is removed (a store that comes back after missing changes is rewritten).
+        """
+        # Encoded in a thread: a large batch (a registration storm, a full rewrite) would hold
+        # the event loop for as long as it takes.
+        rows = await asyncio.to_thread(_rows, batch.upserts)
         async with self._transaction() as db:
+            if batch.everything:
+                await db.execute("DELETE FROM instances")
+                await db.execute("DELETE FROM overrides")
             await db.executemany("INSERT OR REPLACE INTO instances VALUES (?, ?, ?, ?, ?)", rows)
             await db.executemany("DELETE FROM instances WHERE app = ? AND id = ?", batch.deletes)
             for override in batch.overrides_set:
@@ -215,6 +216,19 @@ class Store:
                 with contextlib.suppress(sqlite3.Error):
                     await self._db.execute("ROLLBACK")
                 raise
+
+
+def _rows(leases: list[LeaseRecord]) -> list[tuple[str, str, bytes, int, int]]:
+    return [
+        (
+            lease.instance.app,
+            lease.instance.instance_id,
+            orjson.dumps(json_codec.instance_dict(lease)),
+            lease.registration_ms,
+            lease.service_up_ms,
+        )
+        for lease in leases
+    ]
 
 
 async def _record(db: aiosqlite.Connection, at_ms: int, action: str, o: StoredOverride) -> None:

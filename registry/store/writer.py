@@ -3,28 +3,41 @@
 It subscribes to the registry's change events and keeps, per instance, only the newest state
 (or its removal), so a burst of changes to one instance is one row written. Overrides are
 compared with those last written at each flush, which catches them however they changed (an
-admin's call, a peer's, a cancel). Every flush (a
-fraction of a second apart, and at once when an admin's override must be on disk before it is
-acknowledged) writes what is pending in one transaction. Heartbeats are not changes and are
-never written: a restored lease gets a full fresh duration instead.
+admin's call, a peer's, a cancel). Every flush (a fraction of a second apart, and at once when
+an admin's override must be on disk before it is acknowledged) writes what is pending in one
+transaction. Heartbeats are not changes and are never written: a restored lease gets a full
+fresh duration instead.
 
 A store that fails never fails the registry: what could not be written stays pending (newer
 changes replace it), the failure is logged once per episode with its cause, the writer reports
-itself degraded, and each later flush tries again until the store is back.
+itself degraded, and each later flush tries again. A store that could not be opened, or whose
+file went away or was replaced, is opened again by a later flush and then rewritten whole from
+the registry, since changes were missed meanwhile.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import sqlite3
+from pathlib import Path
 
 import structlog
 
 from registry.clock import Clock
 from registry.core import Registry
 from registry.errors import UnknownInstance
-from registry.model import ActionType, ChangeEvent, InstanceStatus, LeaseSnapshot
-from registry.store.sqlite import Batch, OverrideGone, Store, StoredOverride
+from registry.model import ActionType, ChangeEvent, InstanceStatus, LeaseRecord, LeaseSnapshot
+from registry.store.sqlite import (
+    BUSY_TIMEOUT_MS,
+    Batch,
+    NewerSchema,
+    OverrideGone,
+    Snapshot,
+    Store,
+    StoredOverride,
+)
 
 log = structlog.get_logger()
 
@@ -32,10 +45,21 @@ InstanceKey = tuple[str, str]
 
 
 class StoreWriter:
-    def __init__(self, store: Store, registry: Registry, clock: Clock) -> None:
-        self._store = store
+    def __init__(
+        self,
+        path: Path,
+        registry: Registry,
+        clock: Clock,
+        *,
+        busy_timeout_ms: int = BUSY_TIMEOUT_MS,
+    ) -> None:
+        self.path = path
         self._registry = registry
         self._clock = clock
+        self._busy_timeout_ms = busy_timeout_ms
+        self._store: Store | None = None
+        self._identity: tuple[int, int] | None = None  # the open file's (device, inode)
+        self._rewrite = False  # the store missed changes: write the whole registry next
         self._instances: dict[InstanceKey, LeaseSnapshot | None] = {}  # None: removed
         self._overrides: dict[str, StoredOverride | OverrideGone] = {}  # by instance id
         self._written_overrides: dict[str, InstanceStatus] = {}  # as the store has them
@@ -44,6 +68,27 @@ class StoreWriter:
         self.last_error: str | None = None
         self.batches = 0
         self.failures = 0
+
+    async def open(self) -> Snapshot | None:
+        """Open the store at start-up: what it holds, or None when it cannot be opened now
+        (then the writer is degraded, and a later flush opens it and rewrites it whole).
+        A store written by a newer server stops the start-up (NewerSchema)."""
+        try:
+            snapshot = await (await self._open()).load()
+        except NewerSchema:
+            raise
+        except (sqlite3.Error, OSError) as exc:
+            await self._close()
+            self._rewrite = True
+            self._failed(exc)
+            return None
+        self._written_overrides = {o.instance_id: o.status for o in snapshot.overrides}
+        return snapshot
+
+    async def close(self) -> None:
+        """Write what is owed, then close."""
+        await self.flush_logged()
+        await self._close()
 
     @property
     def degraded(self) -> bool:
@@ -57,7 +102,7 @@ class StoreWriter:
         """For `GET status`: whether writes reach the disk, and what waits."""
         return {
             "enabled": True,
-            "path": str(self._store.path),
+            "path": str(self.path),
             "degraded": self.degraded,
             "last-error": self.last_error,
             "pending": self.pending,
@@ -71,15 +116,89 @@ class StoreWriter:
         key = (instance.app, instance.instance_id)
         self._instances[key] = None if event.action is ActionType.DELETED else event.lease
 
-    def restored(self, overrides: list[StoredOverride]) -> None:
-        """The overrides the store held at start: only changes from these are written."""
-        self._written_overrides = {o.instance_id: o.status for o in overrides}
+    async def flush(self) -> None:
+        """Write everything pending in one transaction; on failure keep it for the next try.
 
-    def override_set(self, override: StoredOverride) -> None:
-        self._overrides[override.instance_id] = override
+        Raises the store's error, so that a caller who must know (an override's
+        acknowledgement) does; the flush loop logs and goes on.
+        """
+        async with self._flushing:
+            try:
+                await self._flush()
+            except (sqlite3.Error, OSError, ValueError) as exc:
+                self._failed(exc)
+                raise
 
-    def override_gone(self, gone: OverrideGone) -> None:
-        self._overrides[gone.instance_id] = gone
+    async def flush_logged(self) -> None:
+        """The flush loop's tick: a failure is already logged and counted by `flush`."""
+        with contextlib.suppress(sqlite3.Error, OSError, ValueError):
+            await self.flush()
+
+    async def _flush(self) -> None:
+        if self._store is not None and await self._file_identity() != self._identity:
+            log.error("store_file_gone", path=str(self.path))
+            await self._close()
+            self._rewrite = True
+        store = self._store or await self._open()
+        self._compare_overrides()
+        if not self._rewrite and not self._instances and not self._overrides:
+            return
+        instances, self._instances = self._instances, {}
+        overrides, self._overrides = self._overrides, {}
+        rewrite = self._rewrite
+        batch = self._whole_registry() if rewrite else self._batch(instances, overrides)
+        try:
+            await store.write(batch)
+        except BaseException:
+            # Changes made while the write was under way are newer: they win.
+            self._instances = instances | self._instances
+            self._overrides = overrides | self._overrides
+            raise
+        self._rewrite = False
+        if rewrite:
+            self._written_overrides = {o.instance_id: o.status for o in batch.overrides_set}
+        else:
+            for override in batch.overrides_set:
+                self._written_overrides[override.instance_id] = override.status
+            for gone in batch.overrides_gone:
+                self._written_overrides.pop(gone.instance_id, None)
+        self.batches += 1
+        if self.failing_since is not None:
+            log.info(
+                "store_recovered",
+                after_seconds=round(self._clock.monotonic() - self.failing_since, 1),
+                failures=self.failures,
+                rewritten=rewrite,
+            )
+            self.failing_since = None
+
+    def _batch(
+        self,
+        instances: dict[InstanceKey, LeaseSnapshot | None],
+        overrides: dict[str, StoredOverride | OverrideGone],
+    ) -> Batch:
+        return Batch(
+            upserts=[lease for lease in instances.values() if lease is not None],
+            deletes=[key for key, lease in instances.items() if lease is None],
+            overrides_set=[o for o in overrides.values() if isinstance(o, StoredOverride)],
+            overrides_gone=[o for o in overrides.values() if isinstance(o, OverrideGone)],
+            index=self._registry.index,
+            epoch=self._registry.epoch,
+        )
+
+    def _whole_registry(self) -> Batch:
+        now_ms = self._clock.wall_ms()
+        upserts: list[LeaseRecord] = list(self._registry.leases())
+        return Batch(
+            upserts=upserts,
+            overrides_set=[
+                StoredOverride(self._app_of(iid), iid, status, None, now_ms, None)
+                for iid, status in self._registry.overrides().items()
+            ],
+            index=self._registry.index,
+            epoch=self._registry.epoch,
+            everything=True,
+        )
 
     def _compare_overrides(self) -> None:
         """Queue the overrides that differ from those written."""
@@ -99,58 +218,32 @@ class StoreWriter:
         except UnknownInstance:
             return ""
 
-    async def flush(self) -> None:
-        """Write everything pending in one transaction; on failure keep it for the next try.
-
-        Raises the store's error, so that a caller who must know (an override's
-        acknowledgement) does; the flush loop logs and goes on.
-        """
-        async with self._flushing:
-            await self._flush()
-
-    async def _flush(self) -> None:
-        self._compare_overrides()
-        if not self._instances and not self._overrides:
-            return
-        instances, self._instances = self._instances, {}
-        overrides, self._overrides = self._overrides, {}
-        batch = Batch(
-            upserts=[lease for lease in instances.values() if lease is not None],
-            deletes=[key for key, lease in instances.items() if lease is None],
-            overrides_set=[o for o in overrides.values() if isinstance(o, StoredOverride)],
-            overrides_gone=[o for o in overrides.values() if isinstance(o, OverrideGone)],
-            index=self._registry.index,
-            epoch=self._registry.epoch,
+    async def _open(self) -> Store:
+        store = self._store = await Store.open(
+            self.path, now_ms=self._clock.wall_ms(), busy_timeout_ms=self._busy_timeout_ms
         )
+        self._identity = await self._file_identity()
+        return store
+
+    async def _close(self) -> None:
+        store, self._store, self._identity = self._store, None, None
+        if store is not None:
+            with contextlib.suppress(sqlite3.Error, ValueError):
+                await store.close()
+
+    async def _file_identity(self) -> tuple[int, int] | None:
+        """The database file's (device, inode); None when it is gone."""
         try:
-            await self._store.write(batch)
-        except Exception as exc:
-            # Changes made while the write was under way are newer: they win.
-            self._instances = instances | self._instances
-            self._overrides = overrides | self._overrides
-            self._failed(exc)
-            raise
-        for override in batch.overrides_set:
-            self._written_overrides[override.instance_id] = override.status
-        for gone in batch.overrides_gone:
-            self._written_overrides.pop(gone.instance_id, None)
-        self.batches += 1
-        if self.failing_since is not None:
-            log.info(
-                "store_recovered",
-                after_seconds=round(self._clock.monotonic() - self.failing_since, 1),
-                failures=self.failures,
-            )
-            self.failing_since = None
+            stat = await asyncio.to_thread(os.stat, self.path)
+        except OSError:
+            return None
+        return stat.st_dev, stat.st_ino
 
-    async def flush_logged(self) -> None:
-        """The flush loop's tick: a failure is already logged and counted by `flush`."""
-        with contextlib.suppress(Exception):
-            await self.flush()
-
-    def _failed(self, exc: Exception) -> None:
+    def _failed(self, exc: BaseException) -> None:
         self.failures += 1
         self.last_error = f"{type(exc).__name__}: {exc}"
         if self.failing_since is None:  # once per episode, with its cause
             self.failing_since = self._clock.monotonic()
-            log.error("store_failed", cause=self.last_error, pending=self.pending)
+            log.error(
+                "store_failed", path=str(self.path), cause=self.last_error, pending=self.pending
+            )

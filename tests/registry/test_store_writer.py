@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import shutil
 import sqlite3
 import threading
 from collections.abc import AsyncIterator
@@ -15,18 +16,11 @@ from structlog.testing import capture_logs
 from registry import FakeClock
 from registry.core import Registry
 from registry.model import InstanceStatus
-from registry.store.sqlite import OverrideGone, Store, StoredOverride
+from registry.store.sqlite import Batch, Store
 from registry.store.writer import StoreWriter
 from tests.registry.test_core import T0, make
 
 S = InstanceStatus
-
-
-@pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[Store]:
-    store = await Store.open(tmp_path / "registry.db", now_ms=T0, busy_timeout_ms=50)
-    yield store
-    await store.close()
 
 
 @pytest.fixture
@@ -35,23 +29,37 @@ def registry() -> Registry:
 
 
 @pytest.fixture
-def writer(store: Store, registry: Registry) -> StoreWriter:
-    writer = StoreWriter(store, registry, FakeClock())
+async def writer(tmp_path: Path, registry: Registry) -> AsyncIterator[StoreWriter]:
+    writer = StoreWriter(tmp_path / "registry.db", registry, FakeClock(), busy_timeout_ms=50)
+    assert await writer.open() is not None
     registry.subscribe(writer.on_change)
-    return writer
+    yield writer
+    await writer.close()
+
+
+async def stored(writer: StoreWriter) -> dict[str, InstanceStatus]:
+    """What a fresh connection finds in the store: instance id -> status."""
+    store = await Store.open(writer.path, now_ms=T0)
+    try:
+        return {s.instance.instance_id: s.instance.status for s in (await store.load()).instances}
+    finally:
+        await store.close()
 
 
 @asynccontextmanager
-async def locked(path: Path) -> AsyncIterator[None]:
-    """Another connection holds the write lock (as another process would) until the block ends."""
+async def locked(path: Path, *, exclusive: bool = False) -> AsyncIterator[None]:
+    """Another connection holds the write lock (as another process would) until the block ends;
+    `exclusive`: reading is locked out too."""
     ready, release = threading.Event(), threading.Event()
 
     def hold() -> None:
-        db = sqlite3.connect(path)
-        db.execute("BEGIN IMMEDIATE")
+        db = sqlite3.connect(path, isolation_level=None)
+        if exclusive:
+            db.execute("PRAGMA locking_mode = EXCLUSIVE")
+        db.execute("BEGIN EXCLUSIVE" if exclusive else "BEGIN IMMEDIATE")
         ready.set()
         release.wait(30)
-        db.rollback()
+        db.execute("ROLLBACK")
         db.close()
 
     holder = asyncio.ensure_future(asyncio.to_thread(hold))
@@ -64,18 +72,14 @@ async def locked(path: Path) -> AsyncIterator[None]:
 
 
 class TestBatches:
-    async def test_many_changes_to_one_instance_are_one_row(self, store, registry, writer):
+    async def test_many_changes_to_one_instance_are_one_row(self, registry, writer):
         registry.register(make("a"), now_ms=T0)
         registry.set_status_override("ORDERS", "a", S.OUT_OF_SERVICE, now_ms=T0 + 1)
         registry.register(make("b"), now_ms=T0 + 2)
         registry.cancel("ORDERS", "b", now_ms=T0 + 3)
         assert 2 == writer.pending
         await writer.flush()
-        snapshot = await store.load()
-        assert [("a", S.OUT_OF_SERVICE)] == [
-            (s.instance.instance_id, s.instance.status) for s in snapshot.instances
-        ]
-        assert (registry.index, registry.epoch) == (snapshot.index, snapshot.epoch)
+        assert {"a": S.OUT_OF_SERVICE} == await stored(writer)
         assert (0, 1) == (writer.pending, writer.batches)
 
     async def test_heartbeats_write_nothing(self, registry, writer):
@@ -84,21 +88,41 @@ class TestBatches:
         registry.renew("ORDERS", "a", now_ms=T0 + 30_000)
         assert 0 == writer.pending
 
-    async def test_overrides_go_with_the_batch(self, store, writer):
-        writer.override_set(StoredOverride("ORDERS", "a", S.DOWN, "broken disk", T0, None))
-        writer.override_set(StoredOverride("ORDERS", "b", S.DOWN, None, T0, None))
-        writer.override_gone(OverrideGone("ORDERS", "b", T0 + 1))
+    async def test_overrides_follow_the_registry(self, registry, writer):
+        """Set, deleted, and dropped by a cancel: the store has what the registry has."""
+        for iid in ("a", "b", "c"):
+            registry.register(make(iid), now_ms=T0)
+            registry.set_status_override("ORDERS", iid, S.OUT_OF_SERVICE, now_ms=T0)
         await writer.flush()
-        assert ["a"] == [o.instance_id for o in await store.overrides()]
+        registry.delete_status_override("ORDERS", "b", now_ms=T0 + 1)
+        registry.cancel("ORDERS", "c", now_ms=T0 + 1)
+        await writer.flush()
+        store = await Store.open(writer.path, now_ms=T0)
+        overrides = await store.overrides()
+        history = [(h["action"], h["instance_id"]) for h in await store.history()]
+        await store.close()
+        assert [("ORDERS", "a", S.OUT_OF_SERVICE)] == [
+            (o.app, o.instance_id, o.status) for o in overrides
+        ]
+        assert {
+            ("set", "a"),
+            ("set", "b"),
+            ("set", "c"),
+            ("deleted", "b"),
+            ("deleted", "c"),
+        } == set(history)
 
 
-class TestLockedDatabase:
-    async def test_a_locked_store_degrades_then_catches_up(self, store, registry, writer):
+class TestFaults:
+    """Real faults: the database locked by another connection, its directory removed, its file
+    read-only. The registry goes on; the store catches up once the fault is gone."""
+
+    async def test_a_locked_store_degrades_then_catches_up(self, registry, writer):
         """Writes fail while another holds the lock; once it lets go, everything is written,
         newest state first, with one log line for the episode and one for the recovery."""
         registry.register(make("a"), now_ms=T0)
         with capture_logs() as logs:
-            async with locked(store.path):
+            async with locked(writer.path):
                 for n in range(3):
                     with pytest.raises(sqlite3.OperationalError, match="locked"):
                         await writer.flush()
@@ -111,12 +135,45 @@ class TestLockedDatabase:
         assert ["store_failed", "store_recovered"] == [
             e["event"] for e in logs if e["event"].startswith("store_")
         ]
-        stored = {s.instance.instance_id: s.instance.status for s in (await store.load()).instances}
-        assert {"a": S.OUT_OF_SERVICE, "b0": S.UP, "b1": S.UP, "b2": S.UP} == stored
+        expected = {"a": S.OUT_OF_SERVICE, "b0": S.UP, "b1": S.UP, "b2": S.UP}
+        assert expected == await stored(writer)
 
-    async def test_the_flush_loop_tick_never_raises(self, store, registry, writer):
+    async def test_the_flush_loop_tick_never_raises(self, registry, writer):
         registry.register(make("a"), now_ms=T0)
-        async with locked(store.path):
+        async with locked(writer.path):
             await writer.flush_logged()
         assert 1 == writer.failures
-        await asyncio.sleep(0)
+
+    async def test_a_removed_directory_is_recreated_and_rewritten_whole(self, registry, writer):
+        registry.register(make("a"), now_ms=T0)
+        await writer.flush()
+        await asyncio.to_thread(shutil.rmtree, writer.path.parent)
+        registry.register(make("b"), now_ms=T0 + 1)
+        with capture_logs() as logs:
+            await writer.flush()
+        assert "store_file_gone" in [e["event"] for e in logs]
+        assert {"a": S.UP, "b": S.UP} == await stored(writer)
+
+    async def test_a_store_locked_at_start_is_opened_later_and_rewritten(self, tmp_path, registry):
+        """The registry starts empty and degraded; once the lock is gone the whole registry is
+        written, replacing what the file held from an earlier run."""
+        path = tmp_path / "registry.db"
+        earlier = Registry()
+        earlier.register(make("stale"), now_ms=T0)
+        store = await Store.open(path, now_ms=T0)
+        await store.write(Batch(upserts=list(earlier.leases())))
+        await store.close()
+        writer = StoreWriter(path, registry, FakeClock(), busy_timeout_ms=50)
+        try:
+            async with locked(path, exclusive=True):
+                assert await writer.open() is None
+                assert writer.degraded
+                registry.subscribe(writer.on_change)
+                registry.register(make("fresh"), now_ms=T0)
+                with pytest.raises(sqlite3.OperationalError):
+                    await writer.flush()
+            await writer.flush()
+            assert not writer.degraded
+            assert {"fresh": S.UP} == await stored(writer)
+        finally:
+            await writer.close()

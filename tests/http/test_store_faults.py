@@ -1,0 +1,58 @@
+"""The server with its store failing for real: clients notice nothing, status says degraded."""
+
+from __future__ import annotations
+
+import pytest
+
+from registry import Settings
+from registry.appkeys import WRITER
+from registry.store.sqlite import Store
+from tests.helpers import JSON, fetch_json, register
+from tests.registry.test_core import T0
+from tests.registry.test_store_writer import locked
+
+
+@pytest.fixture
+def settings() -> Settings:
+    return Settings(store_busy_timeout=0.05)
+
+
+async def store_status(client) -> dict:
+    return (await fetch_json(client, "/eureka/status"))["store"]
+
+
+class TestLockedStore:
+    async def test_clients_are_served_while_the_store_is_locked_and_it_catches_up(self, client):
+        await register(client)
+        writer = client.app[WRITER]
+        await writer.flush()
+        async with locked(writer.path):
+            await register(client, iid="i-2")
+            assert 200 == (await client.put("/eureka/apps/ORDERS/i-1")).status
+            assert 200 == (await client.get("/eureka/apps", headers=JSON)).status
+            response = await client.put("/eureka/apps/ORDERS/i-1/status?value=OUT_OF_SERVICE")
+            body = await response.json()
+            assert (503, "store_unavailable") == (response.status, body["error"])
+            assert "in force on this node" in body["detail"]
+            doc = await fetch_json(client, "/eureka/apps/ORDERS/i-1")
+            assert "OUT_OF_SERVICE" == doc["instance"]["status"]
+            status = await store_status(client)
+            assert status["degraded"] is True
+            assert "locked" in status["last-error"]
+        await writer.flush()
+        assert (await store_status(client))["degraded"] is False
+        store = await Store.open(writer.path, now_ms=T0)
+        snapshot = await store.load()
+        await store.close()
+        assert {"i-1", "i-2"} == {s.instance.instance_id for s in snapshot.instances}
+        assert ["i-1"] == [o.instance_id for o in snapshot.overrides]
+
+
+class TestStoreOff:
+    @pytest.fixture
+    def settings(self) -> Settings:
+        return Settings(store=False)
+
+    async def test_status_says_so(self, client):
+        assert {"enabled": False} == await store_status(client)
+        assert client.app[WRITER] is None
