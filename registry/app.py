@@ -20,6 +20,7 @@ from registry.appkeys import (
     CLUSTER,
     FEED,
     JOURNAL,
+    NOTES,
     PRESERVATION,
     READS,
     REGISTRY,
@@ -31,20 +32,25 @@ from registry.appkeys import (
 from registry.cache import ResponseCache
 from registry.clock import Clock, SystemClock
 from registry.core import Registry
+from registry.errors import UnknownInstance
 from registry.eviction import Evictor
 from registry.feed import KEEPALIVE, ChangeFeed
 from registry.gate import ReadGate
 from registry.http import add_routes
 from registry.journal import DeltaJournal
+from registry.overrides import Note, OverrideNotes
 from registry.preservation import MINUTE, SelfPreservation
 from registry.settings import Settings
 from registry.store.restore import restore
+from registry.store.sqlite import OverrideGone
 from registry.store.writer import StoreWriter
 from registry.tasks import cancel_and_wait, run_every
 
 __all__ = ["CACHE", "CLOCK", "JOURNAL", "REGISTRY", "SETTINGS", "create_app"]
 
 log = structlog.get_logger()
+
+HOUR = 3600.0
 
 
 Reload = Callable[[], Settings]
@@ -86,6 +92,7 @@ def create_app(
     app[FEED] = feed
     app[WRITER] = None
     app[RESTORED] = 0
+    app[NOTES] = OverrideNotes()
     app[STARTED_AT] = clock.monotonic()
     app[READS] = ReadGate()
     app[CLUSTER] = Cluster(registry, clock, settings)
@@ -93,6 +100,7 @@ def create_app(
     add_routes(app)
     app.on_shutdown.append(_end_watches)
     app.cleanup_ctx.append(_store)  # first: the registry is restored before anything runs
+    app.cleanup_ctx.append(_override_expiry)
     app.cleanup_ctx.append(_evictor)
     app.cleanup_ctx.append(_journal_cleaner)
     app.cleanup_ctx.append(_keepalives)
@@ -178,20 +186,54 @@ async def _store(app: web.Application) -> AsyncIterator[None]:
         Path(settings.data_dir) / "registry.db",
         registry,
         clock,
+        notes=app[NOTES],
         busy_timeout_ms=int(settings.store_busy_timeout * 1000),
     )
     snapshot = await writer.open()  # None: unavailable; degraded until a flush can open it
     if snapshot is not None:
+        for o in snapshot.overrides:
+            app[NOTES].note(o.instance_id, Note(o.app, o.status, o.reason, o.set_ms, o.expires_ms))
         app[RESTORED] = restore(registry, app[JOURNAL], snapshot, now_ms=clock.wall_ms())
         if app[RESTORED]:
             app[READS].open(f"restored {app[RESTORED]} instances from {writer.path}")
     registry.subscribe(writer.on_change)
-    task = asyncio.create_task(
-        run_every(clock, settings.store_flush_interval, writer.flush_logged, name="store_flush")
-    )
+    retention_ms = int(settings.override_history_retention * 1000)
+
+    async def forget_old_history() -> None:
+        await writer.forget_history(before_ms=clock.wall_ms() - retention_ms)
+
+    tasks = [
+        asyncio.create_task(
+            run_every(clock, settings.store_flush_interval, writer.flush_logged, name="store_flush")
+        ),
+        asyncio.create_task(run_every(clock, HOUR, forget_old_history, name="override_history")),
+    ]
+    yield
+    for task in tasks:
+        await cancel_and_wait(task)
+    await writer.close()  # what is owed is written first
+
+
+async def _override_expiry(app: web.Application) -> AsyncIterator[None]:
+    """Remove overrides whose expiry has come, as an admin's DELETE would (status UNKNOWN)."""
+    clock, registry, notes = app[CLOCK], app[REGISTRY], app[NOTES]
+
+    def expire() -> None:
+        now_ms = clock.wall_ms()
+        for iid, note in list(notes.expired(registry.overrides(), now_ms)):
+            try:
+                registry.delete_status_override(note.app, iid, now_ms=now_ms)
+            except UnknownInstance:  # not registered now (evicted): no instance shows it
+                registry.forget_override(iid)
+            notes.forget(iid)
+            writer = app[WRITER]
+            if writer is not None:
+                writer.override_gone(OverrideGone(note.app, iid, now_ms, action="expired"))
+            log.info("override_expired", app=note.app, instance_id=iid, reason=note.reason)
+
+    task = asyncio.create_task(run_every(clock, 1.0, expire, name="override_expiry"))
     yield
     await cancel_and_wait(task)
-    await writer.close()  # what is owed is written first
 
 
 async def _evictor(app: web.Application) -> AsyncIterator[None]:

@@ -11,6 +11,7 @@ from registry.core import Registry
 from registry.feed import ChangeFeed
 from registry.gate import ReadGate
 from registry.journal import DeltaJournal
+from registry.overrides import OverrideNotes
 from registry.preservation import SelfPreservation
 from registry.settings import Settings
 from registry.store.writer import StoreWriter
@@ -27,4 +28,5 @@ FEED = web.AppKey("feed", ChangeFeed)
 # The store's writer; None when the store is off, or could not be opened (then say why).
 WRITER: web.AppKey[StoreWriter | None] = web.AppKey("writer")
 RESTORED = web.AppKey("restored", int)  # instances a warm restart brought back
+NOTES = web.AppKey("notes", OverrideNotes)  # overrides' reasons and expiries
 STARTED_AT = web.AppKey("started_at", float)  # monotonic seconds, for uptime

@@ -290,6 +290,11 @@ class Registry:
                 _A.DELETE_STATUS_OVERRIDE, app, instance_id, status, lease.instance.last_dirty_ms
             )
 
+    def forget_override(self, instance_id: str) -> bool:
+        """Drop an override kept for an instance that is not registered (it was evicted);
+        whether there was one. Nothing to tell clients or peers: no instance shows it."""
+        return self._overrides.pop(instance_id, None) is not None
+
     def update_metadata(
         self, app: str, instance_id: str, entries: Mapping[str, str], *, now_ms: int
     ) -> None:

@@ -69,6 +69,7 @@ class Settings:
     data_dir: str = "data"  # the database is data_dir/registry.db
     store_flush_interval: float = 0.2 * SECONDS  # changes are written behind, this far apart
     store_busy_timeout: float = 5 * SECONDS  # a write waits this long for another's lock
+    override_history_retention: float = 30 * 24 * 60 * MINUTES  # the audit trail's length
     # HTTP
     max_body_bytes: int = 1024 * 1024
     access_log: bool = False
@@ -96,6 +97,7 @@ class Settings:
             "anti_entropy_interval",
             "store_flush_interval",
             "store_busy_timeout",
+            "override_history_retention",
         ):
             if getattr(self, key) <= 0:
                 raise SettingsError(f"{key}: must be positive, not {getattr(self, key)}")

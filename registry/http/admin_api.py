@@ -5,24 +5,33 @@ from __future__ import annotations
 import orjson
 from aiohttp import web
 
-from registry.appkeys import CLOCK, REGISTRY, WRITER
+from registry.appkeys import CLOCK, NOTES, REGISTRY, WRITER
 from registry.codec import wire
-from registry.errors import BadInput, StoreUnavailable
+from registry.core import Registry
+from registry.errors import BadInput, NotServed, StoreUnavailable, UnknownInstance
 from registry.http import params
 from registry.model import InstanceStatus
+from registry.overrides import Note
 
 
 async def set_status_override(request: web.Request) -> web.Response:
-    """PUT apps/{app}/{id}/status?value=OUT_OF_SERVICE"""
+    """PUT apps/{app}/{id}/status?value=OUT_OF_SERVICE[&reason=...][&expires=8h]"""
     status = params.required_status(request)
+    query, now_ms = params.query_string(request), request.app[CLOCK].wall_ms()
+    reason, expires_ms = params.reason(query), params.expires_ms(query, now_ms=now_ms)
+    app, iid = params.app_name(request), request.match_info["id"]
     request.app[REGISTRY].set_status_override(
-        params.app_name(request),
-        request.match_info["id"],
+        app,
+        iid,
         status,
-        now_ms=request.app[CLOCK].wall_ms(),
-        last_dirty_ms=params.last_dirty_ms(params.query_string(request)),
+        now_ms=now_ms,
+        last_dirty_ms=params.last_dirty_ms(query),
         is_replication=params.is_replication(request),
     )
+    request.app[NOTES].note(iid, Note(app, status, reason, now_ms, expires_ms))
+    writer = request.app[WRITER]
+    if writer is not None:
+        writer.override_noted(iid)
     await _committed(request)
     return web.Response()
 
@@ -38,6 +47,7 @@ async def delete_status_override(request: web.Request) -> web.Response:
         last_dirty_ms=params.last_dirty_ms(params.query_string(request)),
         is_replication=params.is_replication(request),
     )
+    request.app[NOTES].forget(request.match_info["id"])
     await _committed(request)
     return web.Response()
 
@@ -48,6 +58,8 @@ async def update_metadata(request: web.Request) -> web.Response:
     for key in request.query:
         if not key:
             raise BadInput("metadata", "keys must not be empty")
+        if key == "@class":  # it would be read back as Java's type marker and dropped
+            raise BadInput("metadata", "@class is Java's type marker in a metadata map, not a key")
         if key not in entries:  # the first value of a repeated key, as Eureka takes it
             value = request.query[key]
             wire.check_text(key, "metadata")
@@ -66,6 +78,49 @@ async def status_overrides(request: web.Request) -> web.Response:
     """GET /eureka/serverinfo/statusoverrides: every override in force, id -> status."""
     overrides = {iid: status.value for iid, status in request.app[REGISTRY].overrides().items()}
     return web.Response(body=orjson.dumps(overrides), content_type="application/json")
+
+
+async def overrides(request: web.Request) -> web.Response:
+    """GET {base}overrides: every override in force, with why, since when and until when."""
+    registry, notes = request.app[REGISTRY], request.app[NOTES]
+    listed = []
+    for iid, status in registry.overrides().items():
+        note = notes.of(iid, status)
+        listed.append(
+            {
+                "app": note.app if note is not None else _app_of(registry, iid),
+                "instanceId": iid,
+                "status": status.value,
+                "reason": note.reason if note is not None else None,
+                "setAt": note.set_ms if note is not None else None,
+                "expiresAt": note.expires_ms if note is not None else None,
+            }
+        )
+    listed.sort(key=lambda o: (str(o["app"]), str(o["instanceId"])))
+    return web.Response(body=orjson.dumps({"overrides": listed}), content_type="application/json")
+
+
+async def override_history(request: web.Request) -> web.Response:
+    """GET {base}overrides/history[?since=MS]: overrides set, deleted and expired, oldest first."""
+    since = params.registry_index(
+        params.query_value(params.query_string(request), "since"), "since"
+    )
+    writer = request.app[WRITER]
+    if writer is None:
+        raise NotServed("the store is off (store = false): no history is kept")
+    try:
+        history = await writer.history(since_ms=since or 0)
+    except Exception as exc:
+        detail = f"the history cannot be read now ({type(exc).__name__}: {exc})"
+        raise StoreUnavailable(detail) from None
+    return web.Response(body=orjson.dumps({"history": history}), content_type="application/json")
+
+
+def _app_of(registry: Registry, instance_id: str) -> str | None:
+    try:
+        return registry.find(instance_id, now_ms=0).instance.app
+    except UnknownInstance:
+        return None
 
 
 async def _committed(request: web.Request) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from datetime import datetime
 from urllib.parse import unquote_plus
 
 from aiohttp import web
@@ -15,6 +16,8 @@ from registry.model import InstanceStatus
 _LAST_DIRTY = "lastDirtyTimestamp="
 _DURATION = re.compile(r"(\d{1,9}(?:\.\d{1,3})?)(ms|s|m)?")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, None: 1.0}
+_EXPIRY = re.compile(r"(\d{1,7}(?:\.\d{1,3})?)(s|m|h|d)")
+_EXPIRY_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
 def is_replication(request: web.Request) -> bool:
@@ -88,6 +91,54 @@ def event_id(raw: str | None, field: str) -> tuple[int | None, str | None]:
     """A watch stream's event id, `index@epoch` or a bare index: (index, epoch or None)."""
     index, _, epoch = (raw or "").partition("@")
     return registry_index(index, field), epoch or None
+
+
+MAX_REASON = 1000
+
+
+def since_ms(query: str) -> int | None:
+    """`?since=`: epoch milliseconds."""
+    raw = query_value(query, "since")
+    if raw is None or raw == "":
+        return None
+    if not raw.isdecimal() or len(raw) > 15:
+        raise BadInput("since", f"{raw!r} is not a time in epoch milliseconds")
+    return int(raw)
+
+
+def reason(query: str) -> str | None:
+    """`?reason=` of an override: why, in the admin's words."""
+    raw = query_value(query, "reason")
+    if raw is None or raw == "":
+        return None
+    if len(raw) > MAX_REASON:
+        raise BadInput("reason", f"is {len(raw)} characters; at most {MAX_REASON}")
+    wire.check_text(raw, "reason")
+    return raw
+
+
+def expires_ms(query: str, *, now_ms: int) -> int | None:
+    """`?expires=` of an override: a duration from now (`90s`, `30m`, `8h`, `7d`) or an
+    ISO 8601 time with its offset (`2026-11-23T08:00:00Z`); as epoch milliseconds."""
+    raw = query_value(query, "expires")
+    if raw is None or raw == "":
+        return None
+    match = _EXPIRY.fullmatch(raw.strip())
+    if match is not None:
+        when = now_ms + int(float(match[1]) * _EXPIRY_UNITS[match[2]] * 1000)
+    else:
+        try:
+            moment = datetime.fromisoformat(raw.strip().replace("Z", "+00:00"))
+        except ValueError:
+            raise BadInput(
+                "expires", f"{raw!r} is neither a duration (30m, 8h, 7d) nor an ISO 8601 time"
+            ) from None
+        if moment.tzinfo is None:
+            raise BadInput("expires", f"{raw!r} has no UTC offset (add Z or +01:00)")
+        when = int(moment.timestamp() * 1000)
+    if when <= now_ms:
+        raise BadInput("expires", f"{raw!r} is not in the future")
+    return when
 
 
 def wait_seconds(query: str) -> float | None:

@@ -42,6 +42,8 @@ def routes(app: web.Application) -> dict[str, dict[str, Handler]]:
         "/vips/{vip}": {"GET": discovery_api.vip},
         "/svips/{vip}": {"GET": discovery_api.secure_vip},
         "/status": {"GET": server_info.status},
+        "/overrides": {"GET": admin_api.overrides},
+        "/overrides/history": {"GET": admin_api.override_history},
         "/watch": {"GET": watch_api.watch},
         "/peerreplication/batch": {"POST": batch_handler.batch},
         "/peerreplication/digest": {"GET": digest.digests},

@@ -29,6 +29,7 @@ from registry.clock import Clock
 from registry.core import Registry
 from registry.errors import UnknownInstance
 from registry.model import ActionType, ChangeEvent, InstanceStatus, LeaseRecord, LeaseSnapshot
+from registry.overrides import OverrideNotes
 from registry.store.sqlite import (
     BUSY_TIMEOUT_MS,
     Batch,
@@ -51,9 +52,11 @@ class StoreWriter:
         registry: Registry,
         clock: Clock,
         *,
+        notes: OverrideNotes | None = None,
         busy_timeout_ms: int = BUSY_TIMEOUT_MS,
     ) -> None:
         self.path = path
+        self._notes = notes or OverrideNotes()
         self._registry = registry
         self._clock = clock
         self._busy_timeout_ms = busy_timeout_ms
@@ -115,6 +118,22 @@ class StoreWriter:
         instance = event.lease.instance
         key = (instance.app, instance.instance_id)
         self._instances[key] = None if event.action is ActionType.DELETED else event.lease
+
+    def override_noted(self, instance_id: str) -> None:
+        """Its reason or expiry changed: write the override again, even with the same status."""
+        self._written_overrides.pop(instance_id, None)
+
+    def override_gone(self, gone: OverrideGone) -> None:
+        """Record why an override went (`expired`) rather than the plain `deleted`."""
+        self._overrides[gone.instance_id] = gone
+
+    async def history(self, *, since_ms: int = 0) -> list[dict[str, object]]:
+        store = self._store or await self._open()
+        return await store.history(since_ms=since_ms)
+
+    async def forget_history(self, *, before_ms: int) -> None:
+        store = self._store or await self._open()
+        await store.forget_history(before_ms=before_ms)
 
     async def flush(self) -> None:
         """Write everything pending in one transaction; on failure keep it for the next try.
@@ -192,7 +211,7 @@ class StoreWriter:
         return Batch(
             upserts=upserts,
             overrides_set=[
-                StoredOverride(self._app_of(iid), iid, status, None, now_ms, None)
+                self._stored(iid, status, now_ms)
                 for iid, status in self._registry.overrides().items()
             ],
             index=self._registry.index,
@@ -206,11 +225,16 @@ class StoreWriter:
         current = self._registry.overrides()
         for iid, status in current.items():
             if self._written_overrides.get(iid) is not status and iid not in self._overrides:
-                app = self._app_of(iid)
-                self._overrides[iid] = StoredOverride(app, iid, status, None, now_ms, None)
+                self._overrides[iid] = self._stored(iid, status, now_ms)
         for iid in self._written_overrides.keys() - current.keys():
             if iid not in self._overrides:
                 self._overrides[iid] = OverrideGone(self._app_of(iid), iid, now_ms)
+
+    def _stored(self, iid: str, status: InstanceStatus, now_ms: int) -> StoredOverride:
+        note = self._notes.of(iid, status)
+        if note is None:
+            return StoredOverride(self._app_of(iid), iid, status, None, now_ms, None)
+        return StoredOverride(note.app, iid, status, note.reason, note.set_ms, note.expires_ms)
 
     def _app_of(self, instance_id: str) -> str:
         try:

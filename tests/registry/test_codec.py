@@ -32,7 +32,8 @@ safe_text = st.text(
 ids = safe_text.filter(lambda s: s.strip() != "" and "/" not in s and s not in (".", ".."))
 optional = st.none() | safe_text.filter(bool)
 ports = st.builds(PortInfo, st.integers(0, 65535), st.booleans())
-keys = safe_text.filter(bool)
+# "@class" is Java's type marker in a metadata map, never a key (readers drop it).
+keys = safe_text.filter(lambda key: key != "" and key != "@class")
 
 
 @st.composite

@@ -1,0 +1,49 @@
+"""What an admin said with an override: why, when, and until when.
+
+The registry holds each override's status (the rule chain reads only that); these notes hold
+the rest, keyed by instance id. A note belongs to the status it was given for: when the
+override changes without one (a peer's call, an admin who gave no reason), the old note no
+longer applies and is not shown or written.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+
+from registry.model import InstanceStatus
+
+
+@dataclass(frozen=True, slots=True)
+class Note:
+    app: str
+    status: InstanceStatus
+    reason: str | None
+    set_ms: int
+    expires_ms: int | None
+
+
+class OverrideNotes:
+    def __init__(self) -> None:
+        self._notes: dict[str, Note] = {}
+
+    def note(self, instance_id: str, note: Note) -> None:
+        self._notes[instance_id] = note
+
+    def forget(self, instance_id: str) -> None:
+        self._notes.pop(instance_id, None)
+
+    def of(self, instance_id: str, status: InstanceStatus) -> Note | None:
+        """The note for the override `status` now in force on `instance_id`, if it has one."""
+        note = self._notes.get(instance_id)
+        return note if note is not None and note.status is status else None
+
+    def expired(
+        self, overrides: Mapping[str, InstanceStatus], now_ms: int
+    ) -> Iterator[tuple[str, Note]]:
+        """The overrides in force whose expiry has come."""
+        for iid, note in list(self._notes.items()):
+            if overrides.get(iid) is not note.status:
+                del self._notes[iid]  # the override it described is gone or changed
+            elif note.expires_ms is not None and note.expires_ms <= now_ms:
+                yield iid, note
