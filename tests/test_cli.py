@@ -6,6 +6,7 @@ import asyncio
 import json
 import signal
 import socket
+import sqlite3
 import sys
 
 import aiohttp
@@ -92,3 +93,21 @@ async def test_bad_settings_stop_start_up_naming_the_key():
     _, stderr = await asyncio.wait_for(process.communicate(), TIMEOUT)
     assert 2 == process.returncode
     assert "port: 'eighty' is not a valid int" in stderr.decode()
+
+
+async def test_a_store_from_a_newer_server_stops_start_up(tmp_path):
+    """A database with a newer schema is refused, not misread: exit 2, saying why."""
+
+    def newer() -> None:
+        (tmp_path / "data").mkdir()
+        db = sqlite3.connect(tmp_path / "data" / "registry.db")
+        db.execute("CREATE TABLE schema_version (version INTEGER NOT NULL)")
+        db.execute("INSERT INTO schema_version VALUES (99)")
+        db.commit()
+        db.close()
+
+    await asyncio.to_thread(newer)
+    process = await start("serve", "--port", str(free_port()))  # ./data: the test's directory
+    _, stderr = await asyncio.wait_for(process.communicate(), TIMEOUT)
+    assert 2 == process.returncode
+    assert "schema version 99, newer than this server's 1" in stderr.decode()

@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
+import sqlite3
+import subprocess
+from collections.abc import AsyncIterator
+from pathlib import Path
+
 import pytest
 
-from registry import Settings
+from registry import Settings, create_app
 from registry.appkeys import WRITER
 from registry.store.sqlite import Store
 from tests.helpers import JSON, fetch_json, register
@@ -56,3 +62,58 @@ class TestStoreOff:
     async def test_status_says_so(self, client):
         assert {"enabled": False} == await store_status(client)
         assert client.app[WRITER] is None
+
+
+def mount(*args: str) -> bool:
+    """Run mount(8); whether it worked (it needs root, which CI machines may not give)."""
+    return subprocess.run(["mount", *args], capture_output=True, check=False).returncode == 0
+
+
+@pytest.fixture
+async def tmpfs(tmp_path: Path) -> AsyncIterator[Path]:
+    """A small filesystem of the test's own, which it can make read-only."""
+    where = tmp_path / "mnt"
+    await asyncio.to_thread(where.mkdir)
+    if not await asyncio.to_thread(mount, "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(where)):
+        pytest.skip("mounting a tmpfs needs root")
+    try:
+        yield where
+    finally:
+        await asyncio.to_thread(subprocess.run, ["umount", "-l", str(where)], check=False)
+
+
+def fill(where: Path) -> Path:
+    """Fill the filesystem at `where` to the last byte; the file that does it."""
+    filler = where / "filler"
+    with filler.open("wb") as f:
+        try:
+            while True:
+                f.write(b"\0" * 65536)
+                f.flush()
+        except OSError:
+            pass
+    return filler
+
+
+class TestFullDisk:
+    async def test_a_full_disk_degrades_and_recovers(self, aiohttp_client, clock, tmpfs):
+        client = await aiohttp_client(create_app(Settings(data_dir=str(tmpfs)), clock=clock))
+        await register(client)
+        writer = client.app[WRITER]
+        await writer.flush()
+        filler = await asyncio.to_thread(fill, tmpfs)
+        big = {f"k{n}": "v" * 500 for n in range(100)}  # pages the WAL has no room for
+        for n in range(20):
+            await register(client, iid=f"i-{n + 2}", metadata=big)
+        with pytest.raises(sqlite3.Error, match="full"):
+            await writer.flush()
+        assert 200 == (await client.put("/eureka/apps/ORDERS/i-2")).status
+        assert 200 == (await client.get("/eureka/apps", headers=JSON)).status
+        assert (await store_status(client))["degraded"] is True
+        await asyncio.to_thread(filler.unlink)
+        await writer.flush()
+        assert (await store_status(client))["degraded"] is False
+        store = await Store.open(writer.path, now_ms=T0)
+        snapshot = await store.load()
+        await store.close()
+        assert 21 == len(snapshot.instances)
