@@ -195,7 +195,7 @@ async def _store(app: web.Application) -> AsyncIterator[None]:
             app[NOTES].note(o.instance_id, Note(o.app, o.status, o.reason, o.set_ms, o.expires_ms))
         app[RESTORED] = restore(registry, app[JOURNAL], snapshot, now_ms=clock.wall_ms())
         if app[RESTORED]:
-            app[READS].open(f"restored {app[RESTORED]} instances from {writer.path}")
+            app[READS].restored(f"restored {app[RESTORED]} instances from {writer.path}")
     registry.subscribe(writer.on_change)
     retention_ms = int(settings.override_history_retention * 1000)
 

@@ -31,6 +31,11 @@ class ReadGate:
             self.is_open = True
             self.reason = reason
 
+    def restored(self, reason: str) -> None:
+        """Reads are served from state the store kept: say so, whatever opened them before."""
+        self.is_open = True
+        self.reason = reason
+
     def check(self) -> None:
         """Raise NotSynced (403) while reads are not served."""
         if not self.is_open:

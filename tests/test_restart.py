@@ -165,3 +165,68 @@ async def test_registrations_acknowledged_just_before_a_kill_are_there_or_not_bu
     assert set(back) <= {f"i-{n}" for n in range(50)}
     for iid in back:
         assert 200 == await server.call("PUT", f"apps/ORDERS/{iid}")
+
+
+STREAM_SECONDS = 1.5  # how long the stream runs before the stop
+SETTLED = 1.0  # a registration acknowledged this long before a SIGKILL must be back
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
+async def test_a_stop_in_the_middle_of_a_stream(server, sig):
+    """Registrations and overrides keep coming when the server is stopped. After the restart
+    every acknowledged override is back with its reason; every registration is back if it was
+    acknowledged before a SIGTERM, or SETTLED before a SIGKILL (it has been written behind by
+    then, every store_flush_interval); nothing is back twice."""
+    await server.start()
+    loop = asyncio.get_running_loop()
+    acked: dict[str, float] = {}  # instance id -> when its 204 came
+    reasons: dict[str, str] = {}  # instance id -> the reason of its acknowledged override
+    unsure: set[str] = set()  # its last override call got no answer: it may or may not be in
+    stopping = asyncio.Event()
+
+    async def registrations() -> None:
+        for n in range(5_000):
+            if stopping.is_set():
+                return
+            try:
+                status = await server.call(
+                    "POST", "apps/STREAM", {"instance": instance_doc("STREAM", f"s-{n}")}
+                )
+            except aiohttp.ClientError:
+                return  # the server is gone
+            if status == 204:
+                acked[f"s-{n}"] = loop.time()
+
+    async def overrides() -> None:
+        for k in range(1_000):
+            if stopping.is_set() or not acked:
+                await asyncio.sleep(0.01)
+                continue
+            iid = list(acked)[-1]
+            try:
+                status = await server.call(
+                    "PUT", f"apps/STREAM/{iid}/status?value=OUT_OF_SERVICE&reason=r{k}"
+                )
+            except aiohttp.ClientError:
+                unsure.add(iid)
+                return
+            if status == 200:
+                reasons[iid] = f"r{k}"
+            await asyncio.sleep(0.01)
+
+    stream = asyncio.gather(registrations(), overrides())
+    await asyncio.sleep(STREAM_SECONDS)  # a real process under a real stream
+    stopped_at = loop.time()
+    await server.stop(sig)
+    stopping.set()
+    await stream
+    await server.start()
+    back = await server.instances()  # fails on a duplicate
+    settled = stopped_at - (SETTLED if sig == signal.SIGKILL else 0.0)
+    missing = [iid for iid, when in acked.items() if when < settled and iid not in back]
+    assert [] == missing, f"{len(missing)} of {len(acked)} acknowledged registrations lost"
+    assert len(acked) >= 20, "hardly a stream"
+    assert reasons, "no override was acknowledged during the stream"
+    listed = {o["instanceId"]: o["reason"] for o in (await server.get("overrides"))["overrides"]}
+    sure = {iid: reason for iid, reason in reasons.items() if iid not in unsure}
+    assert sure == {iid: listed.get(iid) for iid in sure}

@@ -4,8 +4,10 @@ Overrides come back first, so restored instances show them at once. Instances co
 registrations with a full fresh lease: the ones still running renew as before, and the ones
 that died while the node was down expire a lease duration later, as any silent instance does.
 The registry index goes on from where it was, so Eureka clients' delta versions never go back;
-changes made before the restart are forgotten by the journal (the epoch is new), so a client
-long-polling or watching from an old index is told to re-fetch in full.
+every index up to the restored state is forgotten by the journal (and the epoch is new), so a
+client long-polling or watching from an index of the last run is told to re-fetch in full.
+(An index of the last run beyond the restored one, from changes it never wrote, is caught only
+by the epoch, which clients should send.)
 """
 
 from __future__ import annotations
@@ -22,9 +24,11 @@ log = structlog.get_logger()
 def restore(registry: Registry, journal: DeltaJournal, snapshot: Snapshot, *, now_ms: int) -> int:
     """Load `snapshot` into an empty registry; returns how many instances came back."""
     registry.restore({o.instance_id: o.status for o in snapshot.overrides}, snapshot.index)
-    journal.forget_through(registry.index)
     for stored in snapshot.instances:
         registry.register(stored.instance, now_ms=now_ms, is_replication=True)
+    # Changes the last run made after its last write are lost, so its indexes cannot be
+    # trusted: refuse them all (the restored instances are in any full fetch).
+    journal.forget_through(registry.index)
     log.info(
         "store_restored",
         instances=len(snapshot.instances),
