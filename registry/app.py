@@ -32,7 +32,6 @@ from registry.appkeys import (
 from registry.cache import ResponseCache
 from registry.clock import Clock, SystemClock
 from registry.core import Registry
-from registry.errors import UnknownInstance
 from registry.eviction import Evictor
 from registry.feed import KEEPALIVE, ChangeFeed
 from registry.gate import ReadGate
@@ -41,9 +40,9 @@ from registry.journal import DeltaJournal
 from registry.overrides import Note, OverrideNotes
 from registry.preservation import MINUTE, SelfPreservation
 from registry.settings import Settings
-from registry.store.restore import restore
-from registry.store.sqlite import OverrideGone
-from registry.store.writer import StoreWriter
+from registry.store.restore import restore, restore_missing
+from registry.store.sqlite import OverrideGone, Snapshot
+from registry.store.writer import InstanceKey, StoreWriter
 from registry.tasks import cancel_and_wait, run_every
 
 __all__ = ["CACHE", "CLOCK", "JOURNAL", "REGISTRY", "SETTINGS", "create_app"]
@@ -182,11 +181,16 @@ async def _store(app: web.Application) -> AsyncIterator[None]:
     if not settings.store:
         yield
         return
+
+    def late_restore(snapshot: Snapshot, removed: set[InstanceKey], gone: set[str]) -> None:
+        restore_missing(registry, app[NOTES], snapshot, removed, gone, now_ms=clock.wall_ms())
+
     writer = app[WRITER] = StoreWriter(
         Path(settings.data_dir) / "registry.db",
         registry,
         clock,
         notes=app[NOTES],
+        late_restore=late_restore,
         busy_timeout_ms=int(settings.store_busy_timeout * 1000),
     )
     snapshot = await writer.open()  # None: unavailable; degraded until a flush can open it
@@ -221,15 +225,11 @@ async def _override_expiry(app: web.Application) -> AsyncIterator[None]:
     def expire() -> None:
         now_ms = clock.wall_ms()
         for iid, note in list(notes.expired(registry.overrides(), now_ms)):
-            try:
-                registry.delete_status_override(note.app, iid, now_ms=now_ms)
-            except UnknownInstance:  # not registered now (evicted): no instance shows it
-                registry.forget_override(iid)
+            app_name = registry.expire_override(iid, now_ms=now_ms) or note.app
             notes.forget(iid)
             writer = app[WRITER]
             if writer is not None:
-                writer.override_gone(OverrideGone(note.app, iid, now_ms, action="expired"))
-            log.info("override_expired", app=note.app, instance_id=iid, reason=note.reason)
+                writer.override_gone(OverrideGone(app_name, iid, now_ms, action="expired"))
 
     task = asyncio.create_task(run_every(clock, 1.0, expire, name="override_expiry"))
     yield

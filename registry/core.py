@@ -84,11 +84,13 @@ class Registry:
         now_ms: int,
         is_replication: bool = False,
         last_renewal_ms: int | None = None,
+        quiet: bool = False,
     ) -> InstanceInfo:
         """Register or re-register an instance with a fresh lease (contract 6.2).
 
         `last_renewal_ms` backdates the lease, for a copy taken from a peer whose own lease is
-        older: an instance that died there must not get a full new life here.
+        older: an instance that died there must not get a full new life here. `quiet` logs it
+        at debug level only (a warm restart brings back thousands at once).
         """
         leases = self._apps.setdefault(instance.app, {})
         existing = leases.get(instance.instance_id)
@@ -131,7 +133,7 @@ class Registry:
         if status is _UP and lease.service_up_ms == 0:
             lease.service_up_ms = now_ms
         leases[iid] = lease
-        log.info(
+        (log.debug if quiet else log.info)(
             "instance_registered",
             app=registrant.app,
             instance_id=iid,
@@ -290,10 +292,31 @@ class Registry:
                 _A.DELETE_STATUS_OVERRIDE, app, instance_id, status, lease.instance.last_dirty_ms
             )
 
-    def forget_override(self, instance_id: str) -> bool:
-        """Drop an override kept for an instance that is not registered (it was evicted);
-        whether there was one. Nothing to tell clients or peers: no instance shows it."""
-        return self._overrides.pop(instance_id, None) is not None
+    def expire_override(self, instance_id: str, *, now_ms: int) -> str | None:
+        """An override's expiry came: remove it as an admin's DELETE without a value would
+        (status UNKNOWN, so the next heartbeat re-registers), without renewing the lease, even
+        if it has lapsed. Returns the application of the instance it was on, or None when no
+        instance holds the id (it was evicted: the override just goes)."""
+        if self._overrides.pop(instance_id, None) is None:
+            return None
+        lease = next(
+            (found for leases in self._apps.values() if (found := leases.get(instance_id))),
+            None,
+        )
+        if lease is None:
+            return None
+        instance = lease.instance
+        self._change(lease, now_ms, status=_UNKNOWN, overridden_status=_UNKNOWN)
+        log.info("override_expired", app=instance.app, instance_id=instance_id)
+        if self.outbox is not None:
+            self.outbox(
+                _A.DELETE_STATUS_OVERRIDE,
+                instance.app,
+                instance_id,
+                _UNKNOWN,
+                instance.last_dirty_ms,
+            )
+        return instance.app
 
     def update_metadata(
         self, app: str, instance_id: str, entries: Mapping[str, str], *, now_ms: int

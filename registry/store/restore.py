@@ -12,10 +12,13 @@ by the epoch, which clients should send.)
 
 from __future__ import annotations
 
+from collections.abc import Set
+
 import structlog
 
 from registry.core import Registry
 from registry.journal import DeltaJournal
+from registry.overrides import Note, OverrideNotes
 from registry.store.sqlite import Snapshot
 
 log = structlog.get_logger()
@@ -25,7 +28,7 @@ def restore(registry: Registry, journal: DeltaJournal, snapshot: Snapshot, *, no
     """Load `snapshot` into an empty registry; returns how many instances came back."""
     registry.restore({o.instance_id: o.status for o in snapshot.overrides}, snapshot.index)
     for stored in snapshot.instances:
-        registry.register(stored.instance, now_ms=now_ms, is_replication=True)
+        registry.register(stored.instance, now_ms=now_ms, is_replication=True, quiet=True)
     # Changes the last run made after its last write are lost, so its indexes cannot be
     # trusted: refuse them all (the restored instances are in any full fetch).
     journal.forget_through(registry.index)
@@ -36,3 +39,40 @@ def restore(registry: Registry, journal: DeltaJournal, snapshot: Snapshot, *, no
         index=snapshot.index,
     )
     return len(snapshot.instances)
+
+
+def restore_missing(
+    registry: Registry,
+    notes: OverrideNotes,
+    snapshot: Snapshot,
+    removed: Set[tuple[str, str]],
+    overrides_removed: Set[str],
+    *,
+    now_ms: int,
+) -> int:
+    """A store that could not be opened at start-up has opened: bring back what it kept and
+    this run has neither (a client may have registered again meanwhile, and is newer) nor
+    removed (a cancel or an override deleted meanwhile stays done). Returns how many instances
+    came back."""
+    present = registry.overrides()
+    missing = [
+        o
+        for o in snapshot.overrides
+        if o.instance_id not in present and o.instance_id not in overrides_removed
+    ]
+    registry.restore({o.instance_id: o.status for o in missing}, 0)
+    for o in missing:
+        notes.note(o.instance_id, Note(o.app, o.status, o.reason, o.set_ms, o.expires_ms))
+    count = 0
+    for stored in snapshot.instances:
+        instance = stored.instance
+        key = (instance.app, instance.instance_id)
+        if key in removed or any(
+            lease.instance.instance_id == instance.instance_id
+            for lease in registry.application(instance.app)
+        ):
+            continue
+        registry.register(instance, now_ms=now_ms, is_replication=True, quiet=True)
+        count += 1
+    log.info("store_restored_late", instances=count, overrides=len(missing))
+    return count

@@ -20,6 +20,7 @@ import orjson
 import structlog
 
 from registry.codec import json_codec, wire
+from registry.errors import BadInput
 from registry.model import InstanceInfo, InstanceStatus, LeaseRecord
 from registry.store import schema
 
@@ -126,22 +127,32 @@ class Store:
     # Reading -------------------------------------------------------------------------------
 
     async def load(self) -> Snapshot:
-        instances = [
-            StoredInstance(
-                instance=wire.instance_from_wire(orjson.loads(doc), now_ms=0),
-                registration_ms=registration_ms,
-                service_up_ms=service_up_ms,
-            )
-            for doc, registration_ms, service_up_ms in await self._db.execute_fetchall(
-                "SELECT doc, registration_ms, service_up_ms FROM instances"
-            )
-        ]
-        overrides = [
-            StoredOverride(app, iid, InstanceStatus(status), reason, set_ms, expires_ms)
-            for app, iid, status, reason, set_ms, expires_ms in await self._db.execute_fetchall(
-                "SELECT app, id, status, reason, set_ms, expires_ms FROM overrides"
-            )
-        ]
+        """What the store holds. A row that cannot be read is skipped with a log line: one bad
+        row must not cost the rest (nor stop the start-up)."""
+        instances = []
+        for app, iid, doc, registration_ms, service_up_ms in await self._db.execute_fetchall(
+            "SELECT app, id, doc, registration_ms, service_up_ms FROM instances"
+        ):
+            try:
+                instance = wire.instance_from_wire(orjson.loads(doc), now_ms=0)
+            except (BadInput, ValueError) as exc:
+                log.error(
+                    "store_row_unreadable", table="instances", app=app, id=iid, cause=str(exc)
+                )
+                continue
+            instances.append(StoredInstance(instance, registration_ms, service_up_ms))
+        overrides = []
+        for app, iid, status, reason, set_ms, expires_ms in await self._db.execute_fetchall(
+            "SELECT app, id, status, reason, set_ms, expires_ms FROM overrides"
+        ):
+            try:
+                known = InstanceStatus(status)
+            except ValueError as exc:
+                log.error(
+                    "store_row_unreadable", table="overrides", app=app, id=iid, cause=str(exc)
+                )
+                continue
+            overrides.append(StoredOverride(app, iid, known, reason, set_ms, expires_ms))
         rows = await self._db.execute_fetchall("SELECT key, value FROM meta")
         meta: dict[str, str] = {key: value for key, value in rows}
         return Snapshot(instances, overrides, int(meta.get("index", 0)), meta.get("epoch"))
@@ -170,12 +181,24 @@ class Store:
         # Encoded in a thread: a large batch (a registration storm, a full rewrite) would hold
         # the event loop for as long as it takes.
         rows = await asyncio.to_thread(_rows, batch.upserts)
+        deletes = orjson.dumps(batch.deletes)
         async with self._transaction() as db:
             if batch.everything:
                 await db.execute("DELETE FROM instances")
                 await db.execute("DELETE FROM overrides")
-            await db.executemany("INSERT OR REPLACE INTO instances VALUES (?, ?, ?, ?, ?)", rows)
-            await db.executemany("DELETE FROM instances WHERE app = ? AND id = ?", batch.deletes)
+            # One statement over a JSON array rather than executemany: SQLite then runs the
+            # whole batch without taking Python's GIL back for each row, which a busy event
+            # loop would make it wait for, 5 ms at a time.
+            await db.execute(
+                "INSERT OR REPLACE INTO instances "
+                "SELECT value->>0, value->>1, value->>2, value->>3, value->>4 FROM json_each(?)",
+                (rows,),
+            )
+            await db.execute(
+                "DELETE FROM instances WHERE (app, id) IN "
+                "(SELECT value->>0, value->>1 FROM json_each(?))",
+                (deletes,),
+            )
             for override in batch.overrides_set:
                 await db.execute(
                     "INSERT OR REPLACE INTO overrides VALUES (?, ?, ?, ?, ?, ?)",
@@ -208,8 +231,10 @@ class Store:
     async def _transaction(self) -> AsyncIterator[aiosqlite.Connection]:
         """BEGIN IMMEDIATE ... COMMIT, or ROLLBACK when the block raises."""
         async with self._writing:
-            await self._db.execute("BEGIN IMMEDIATE")
             try:
+                # Inside the try: a BEGIN cancelled while it waits for a lock still runs in
+                # aiosqlite's thread, and must be rolled back too.
+                await self._db.execute("BEGIN IMMEDIATE")
                 yield self._db
                 await self._db.execute("COMMIT")
             except BaseException:  # the block or the commit failed (a full disk fails there)
@@ -218,17 +243,20 @@ class Store:
                 raise
 
 
-def _rows(leases: list[LeaseRecord]) -> list[tuple[str, str, bytes, int, int]]:
-    return [
-        (
-            lease.instance.app,
-            lease.instance.instance_id,
-            orjson.dumps(json_codec.instance_dict(lease)),
-            lease.registration_ms,
-            lease.service_up_ms,
-        )
-        for lease in leases
-    ]
+def _rows(leases: list[LeaseRecord]) -> bytes:
+    """The instances as one JSON array of rows [app, id, document, registration, service up]."""
+    return orjson.dumps(
+        [
+            (
+                lease.instance.app,
+                lease.instance.instance_id,
+                orjson.Fragment(orjson.dumps(json_codec.instance_dict(lease))),
+                lease.registration_ms,
+                lease.service_up_ms,
+            )
+            for lease in leases
+        ]
+    )
 
 
 async def _record(db: aiosqlite.Connection, at_ms: int, action: str, o: StoredOverride) -> None:

@@ -21,6 +21,7 @@ import asyncio
 import contextlib
 import os
 import sqlite3
+from collections.abc import Callable
 from pathlib import Path
 
 import structlog
@@ -43,6 +44,13 @@ from registry.store.sqlite import (
 log = structlog.get_logger()
 
 InstanceKey = tuple[str, str]
+# Called when a store that could not be opened at start-up opens: with what it kept, and the
+# instances and overrides this run removed meanwhile (not to be brought back).
+LateRestore = Callable[[Snapshot, set[InstanceKey], set[str]], None]
+# What a failing store raises: SQLite's errors, the file system's, a closed connection's
+# ValueError, and a file a newer server wrote in the meantime.
+FAILURES = (sqlite3.Error, OSError, ValueError, NewerSchema)
+_NONE = InstanceStatus.UNKNOWN
 
 
 class StoreWriter:
@@ -53,6 +61,7 @@ class StoreWriter:
         clock: Clock,
         *,
         notes: OverrideNotes | None = None,
+        late_restore: LateRestore | None = None,
         busy_timeout_ms: int = BUSY_TIMEOUT_MS,
     ) -> None:
         self.path = path
@@ -62,10 +71,13 @@ class StoreWriter:
         self._busy_timeout_ms = busy_timeout_ms
         self._store: Store | None = None
         self._identity: tuple[int, int] | None = None  # the open file's (device, inode)
-        self._rewrite = False  # the store missed changes: write the whole registry next
+        self._rewrite = False  # the store's file was lost: write the whole registry next
+        self._late_restore = late_restore
+        self._opened_late = False  # not open at start: merge what it kept when it opens
+        self._overrides_removed: set[str] = set()  # this run, while the store was not open
         self._instances: dict[InstanceKey, LeaseSnapshot | None] = {}  # None: removed
         self._overrides: dict[str, StoredOverride | OverrideGone] = {}  # by instance id
-        self._written_overrides: dict[str, InstanceStatus] = {}  # as the store has them
+        self._written_overrides: dict[str, tuple[str, InstanceStatus]] = {}  # id: (app, status)
         self._flushing = asyncio.Lock()  # one flush at a time, so a retry never overtakes
         self.failing_since: float | None = None  # monotonic seconds
         self.last_error: str | None = None
@@ -73,8 +85,9 @@ class StoreWriter:
         self.failures = 0
 
     async def open(self) -> Snapshot | None:
-        """Open the store at start-up: what it holds, or None when it cannot be opened now
-        (then the writer is degraded, and a later flush opens it and rewrites it whole).
+        """Open the store at start-up: what it holds, or None when it cannot be opened now.
+        Then the writer is degraded, and the flush that opens it hands what the store kept to
+        `late_restore` (without what this run removed meanwhile) before writing.
         A store written by a newer server stops the start-up (NewerSchema)."""
         try:
             snapshot = await (await self._open()).load()
@@ -82,11 +95,14 @@ class StoreWriter:
             raise
         except (sqlite3.Error, OSError) as exc:
             await self._close()
-            self._rewrite = True
+            self._opened_late = True
             self._failed(exc)
             return None
-        self._written_overrides = {o.instance_id: o.status for o in snapshot.overrides}
+        self._remember(snapshot)
         return snapshot
+
+    def _remember(self, snapshot: Snapshot) -> None:
+        self._written_overrides = {o.instance_id: (o.app, o.status) for o in snapshot.overrides}
 
     async def close(self) -> None:
         """Write what is owed, then close."""
@@ -114,26 +130,39 @@ class StoreWriter:
         }
 
     def on_change(self, event: ChangeEvent) -> None:
-        """Registry listener: remember the newest state of the instance."""
+        """Registry listener: remember the newest state of the instance, and overrides that
+        went with it (a cancel) or from it (a delete while the store was not open)."""
         instance = event.lease.instance
-        key = (instance.app, instance.instance_id)
-        self._instances[key] = None if event.action is ActionType.DELETED else event.lease
+        iid = instance.instance_id
+        self._instances[(instance.app, iid)] = (
+            None if event.action is ActionType.DELETED else event.lease
+        )
+        if iid in self._registry.overrides():
+            return
+        if event.action is ActionType.DELETED and iid in self._written_overrides:
+            self._overrides[iid] = OverrideGone(instance.app, iid, event.at_ms, "cancelled")
+        previous = event.previous
+        if self._opened_late and previous is not None and previous.overridden_status is not _NONE:
+            self._overrides_removed.add(iid)
 
     def override_noted(self, instance_id: str) -> None:
         """Its reason or expiry changed: write the override again, even with the same status."""
         self._written_overrides.pop(instance_id, None)
+        self._overrides.pop(instance_id, None)
 
     def override_gone(self, gone: OverrideGone) -> None:
         """Record why an override went (`expired`) rather than the plain `deleted`."""
         self._overrides[gone.instance_id] = gone
 
     async def history(self, *, since_ms: int = 0) -> list[dict[str, object]]:
-        store = self._store or await self._open()
-        return await store.history(since_ms=since_ms)
+        async with self._flushing:  # the flush loop may be (re)opening the store
+            store = self._store or await self._opened()
+            return await store.history(since_ms=since_ms)
 
     async def forget_history(self, *, before_ms: int) -> None:
-        store = self._store or await self._open()
-        await store.forget_history(before_ms=before_ms)
+        async with self._flushing:
+            store = self._store or await self._opened()
+            await store.forget_history(before_ms=before_ms)
 
     async def flush(self) -> None:
         """Write everything pending in one transaction; on failure keep it for the next try.
@@ -144,13 +173,13 @@ class StoreWriter:
         async with self._flushing:
             try:
                 await self._flush()
-            except (sqlite3.Error, OSError, ValueError) as exc:
+            except FAILURES as exc:
                 self._failed(exc)
                 raise
 
     async def flush_logged(self) -> None:
         """The flush loop's tick: a failure is already logged and counted by `flush`."""
-        with contextlib.suppress(sqlite3.Error, OSError, ValueError):
+        with contextlib.suppress(*FAILURES):
             await self.flush()
 
     async def _flush(self) -> None:
@@ -158,7 +187,7 @@ class StoreWriter:
             log.error("store_file_gone", path=str(self.path))
             await self._close()
             self._rewrite = True
-        store = self._store or await self._open()
+        store = self._store or await self._opened()
         self._compare_overrides()
         if not self._rewrite and not self._instances and not self._overrides:
             return
@@ -175,12 +204,11 @@ class StoreWriter:
             raise
         self._rewrite = False
         if rewrite:
-            self._written_overrides = {o.instance_id: o.status for o in batch.overrides_set}
-        else:
-            for override in batch.overrides_set:
-                self._written_overrides[override.instance_id] = override.status
-            for gone in batch.overrides_gone:
-                self._written_overrides.pop(gone.instance_id, None)
+            self._written_overrides = {}
+        for override in batch.overrides_set:
+            self._written_overrides[override.instance_id] = (override.app, override.status)
+        for gone in batch.overrides_gone:
+            self._written_overrides.pop(gone.instance_id, None)
         self.batches += 1
         if self.failing_since is not None:
             log.info(
@@ -220,15 +248,26 @@ class StoreWriter:
         )
 
     def _compare_overrides(self) -> None:
-        """Queue the overrides that differ from those written."""
+        """Queue what makes the store's overrides the registry's: the registry's current
+        state wins over anything pending from before (a failed flush, an earlier call)."""
         now_ms = self._clock.wall_ms()
         current = self._registry.overrides()
         for iid, status in current.items():
-            if self._written_overrides.get(iid) is not status and iid not in self._overrides:
+            pending = self._overrides.get(iid)
+            if isinstance(pending, StoredOverride) and pending.status is status:
+                continue  # queued with its note
+            written = self._written_overrides.get(iid)
+            if pending is not None or written is None or written[1] is not status:
                 self._overrides[iid] = self._stored(iid, status, now_ms)
-        for iid in self._written_overrides.keys() - current.keys():
-            if iid not in self._overrides:
-                self._overrides[iid] = OverrideGone(self._app_of(iid), iid, now_ms)
+        for iid in (self._written_overrides.keys() | self._overrides.keys()) - current.keys():
+            pending = self._overrides.get(iid)
+            if isinstance(pending, OverrideGone):
+                continue  # queued with why it went
+            if iid in self._written_overrides:
+                app = self._written_overrides[iid][0]
+                self._overrides[iid] = OverrideGone(app, iid, now_ms)
+            else:
+                self._overrides.pop(iid, None)  # set and gone before it was ever written
 
     def _stored(self, iid: str, status: InstanceStatus, now_ms: int) -> StoredOverride:
         note = self._notes.of(iid, status)
@@ -241,6 +280,19 @@ class StoreWriter:
             return self._registry.find(instance_id, now_ms=0).instance.app
         except UnknownInstance:
             return ""
+
+    async def _opened(self) -> Store:
+        """The store, opened now; if it could not be at start-up, what it kept is merged in."""
+        store = await self._open()
+        if self._opened_late:
+            snapshot = await store.load()
+            self._remember(snapshot)
+            if self._late_restore is not None:
+                removed = {key for key, lease in self._instances.items() if lease is None}
+                self._late_restore(snapshot, removed, self._overrides_removed)
+            self._opened_late = False
+            self._overrides_removed = set()
+        return store
 
     async def _open(self) -> Store:
         store = self._store = await Store.open(

@@ -132,3 +132,25 @@ class TestHistoryAndRestart:
     async def test_no_history_without_a_store(self, client, settings):
         response = await client.get("/eureka/overrides/history")
         assert (403, "not_served") == (response.status, (await response.json())["error"])
+
+
+class TestExpiryOfALapsedLease:
+    @pytest.fixture
+    def settings(self) -> Settings:
+        return Settings(eviction_interval=3600)  # lapsed leases stay in the registry
+
+    async def test_it_expires_for_real_and_stays_gone_after_a_restart(
+        self, client, clock, aiohttp_client
+    ):
+        """The instance stopped renewing but is not evicted yet: the override still goes,
+        its status with it, and the store does not bring it back."""
+        await register(client)
+        await client.put("/eureka/apps/ORDERS/i-1/status?value=OUT_OF_SERVICE&expires=2m")
+        await clock.advance(121)
+        assert [] == await overrides(client)
+        doc = await fetch_json(client, "/eureka/apps")
+        (instance,) = doc["applications"]["application"][0]["instance"]
+        assert ("UNKNOWN", "UNKNOWN") == (instance["status"], instance["overriddenStatus"])
+        await client.close()
+        again = await aiohttp_client(create_app(Settings(eviction_interval=3600), clock=clock))
+        assert [] == await overrides(again)

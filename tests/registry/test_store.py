@@ -8,6 +8,7 @@ import sqlite3
 from pathlib import Path
 
 import pytest
+from structlog.testing import capture_logs
 
 from registry.core import Registry
 from registry.model import InstanceStatus
@@ -156,3 +157,22 @@ class TestRoundTrip:
             await store.write(Batch(upserts=list(registry.leases()), index=2, epoch="e"))
         assert [] == (await store.load()).instances
         await store.close()
+
+
+class TestUnreadableRows:
+    async def test_a_bad_row_is_skipped_and_the_rest_load(self, path):
+        registry = Registry()
+        registry.register(make("good"), now_ms=T0)
+        store = await Store.open(path, now_ms=T0)
+        await store.write(Batch(upserts=list(registry.leases())))
+        await sql(
+            path,
+            "INSERT INTO instances VALUES ('ORDERS', 'bad', '{\"x\": 1}', 0, 0)",
+            "INSERT INTO overrides VALUES ('bad', 'ORDERS', 'SIDEWAYS', NULL, 0, NULL)",
+        )
+        with capture_logs() as logs:
+            snapshot = await store.load()
+        await store.close()
+        assert ["good"] == [s.instance.instance_id for s in snapshot.instances]
+        assert [] == snapshot.overrides
+        assert 2 == sum(e["event"] == "store_row_unreadable" for e in logs)

@@ -16,7 +16,7 @@ from structlog.testing import capture_logs
 from registry import FakeClock
 from registry.core import Registry
 from registry.model import InstanceStatus
-from registry.store.sqlite import Batch, Store
+from registry.store.sqlite import Batch, OverrideGone, Store
 from registry.store.writer import StoreWriter
 from tests.registry.test_core import T0, make
 
@@ -109,7 +109,7 @@ class TestBatches:
             ("set", "b"),
             ("set", "c"),
             ("deleted", "b"),
-            ("deleted", "c"),
+            ("cancelled", "c"),
         } == set(history)
 
 
@@ -154,26 +154,59 @@ class TestFaults:
         assert "store_file_gone" in [e["event"] for e in logs]
         assert {"a": S.UP, "b": S.UP} == await stored(writer)
 
-    async def test_a_store_locked_at_start_is_opened_later_and_rewritten(self, tmp_path, registry):
-        """The registry starts empty and degraded; once the lock is gone the whole registry is
-        written, replacing what the file held from an earlier run."""
+    async def test_a_store_locked_at_start_is_opened_later_and_merged(self, tmp_path, registry):
+        """The registry starts empty and degraded. When the store opens, what it kept is
+        handed over for restoring (without what this run removed meanwhile) and nothing it
+        kept is wiped; this run's changes are written on top."""
         path = tmp_path / "registry.db"
         earlier = Registry()
-        earlier.register(make("stale"), now_ms=T0)
+        for iid in ("stale", "gone"):
+            earlier.register(make(iid), now_ms=T0)
         store = await Store.open(path, now_ms=T0)
         await store.write(Batch(upserts=list(earlier.leases())))
         await store.close()
-        writer = StoreWriter(path, registry, FakeClock(), busy_timeout_ms=50)
+        handed = []
+        writer = StoreWriter(
+            path,
+            registry,
+            FakeClock(),
+            busy_timeout_ms=50,
+            late_restore=lambda snapshot, removed, overrides: handed.append(
+                ({s.instance.instance_id for s in snapshot.instances}, removed)
+            ),
+        )
         try:
             async with locked(path, exclusive=True):
                 assert await writer.open() is None
                 assert writer.degraded
                 registry.subscribe(writer.on_change)
                 registry.register(make("fresh"), now_ms=T0)
+                registry.register(make("gone"), now_ms=T0)
+                registry.cancel("ORDERS", "gone", now_ms=T0 + 1)
                 with pytest.raises(sqlite3.OperationalError):
                     await writer.flush()
             await writer.flush()
             assert not writer.degraded
-            assert {"fresh": S.UP} == await stored(writer)
+            assert [({"stale", "gone"}, {("ORDERS", "gone")})] == handed
+            assert {"stale": S.UP, "fresh": S.UP} == await stored(writer)
         finally:
             await writer.close()
+
+
+class TestOverridesWin:
+    async def test_an_admins_call_after_a_pending_expiry_is_what_gets_written(
+        self, registry, writer
+    ):
+        """An expiry queued, then the admin sets the override again before the next flush:
+        the flush the admin awaits writes the override in force, not the queued removal."""
+        registry.register(make("a"), now_ms=T0)
+        registry.set_status_override("ORDERS", "a", S.OUT_OF_SERVICE, now_ms=T0)
+        await writer.flush()
+        registry.expire_override("a", now_ms=T0 + 1)
+        writer.override_gone(OverrideGone("ORDERS", "a", T0 + 1, action="expired"))
+        registry.set_status_override("ORDERS", "a", S.DOWN, now_ms=T0 + 2)
+        await writer.flush()
+        store = await Store.open(writer.path, now_ms=T0)
+        overrides = await store.overrides()
+        await store.close()
+        assert [("a", S.DOWN)] == [(o.instance_id, o.status) for o in overrides]
