@@ -79,6 +79,7 @@ class StoreWriter:
         self._overrides: dict[str, StoredOverride | OverrideGone] = {}  # by instance id
         self._written_overrides: dict[str, tuple[str, InstanceStatus]] = {}  # id: (app, status)
         self._flushing = asyncio.Lock()  # one flush at a time, so a retry never overtakes
+        self._in_flight = 0  # changes in the transaction under way
         self.failing_since: float | None = None  # monotonic seconds
         self.last_error: str | None = None
         self.batches = 0
@@ -115,7 +116,8 @@ class StoreWriter:
 
     @property
     def pending(self) -> int:
-        return len(self._instances) + len(self._overrides)
+        """Changes not on disk yet, the ones being written included."""
+        return len(self._instances) + len(self._overrides) + self._in_flight
 
     def status(self) -> dict[str, object]:
         """For `GET status`: whether writes reach the disk, and what waits."""
@@ -195,13 +197,16 @@ class StoreWriter:
         overrides, self._overrides = self._overrides, {}
         rewrite = self._rewrite
         batch = self._whole_registry() if rewrite else self._batch(instances, overrides)
+        self._in_flight = len(instances) + len(overrides)
         try:
             await store.write(batch)
         except BaseException:
+            self._in_flight = 0
             # Changes made while the write was under way are newer: they win.
             self._instances = instances | self._instances
             self._overrides = overrides | self._overrides
             raise
+        self._in_flight = 0
         self._rewrite = False
         if rewrite:
             self._written_overrides = {}

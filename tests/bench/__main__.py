@@ -22,6 +22,7 @@ from registry.__main__ import loop_name, new_event_loop
 from tests.bench.load import LoadGenerator
 from tests.bench.propagation import propagation
 from tests.bench.scenarios import SCENARIOS, Plan, memory, replication, throughput
+from tests.bench.store import store
 
 TARGETS = {  # figure: (minimum ratio to the ceiling, or maximum bytes)
     "heartbeat": 0.85,
@@ -100,6 +101,8 @@ async def run(plan: Plan) -> dict[str, Any]:
         results["memory"] = await memory(plan)
     if "propagation" in plan.scenarios:
         results["propagation"] = await propagation(plan)
+    if "store" in plan.scenarios:
+        results["store"] = await store(plan)
     return results
 
 
@@ -178,6 +181,8 @@ def table(results: dict[str, Any], *, judged: bool = True) -> str:
         rows.extend(_replication_rows(results["replication"]))
     if "propagation" in results:
         rows.extend(_propagation_rows(results["propagation"], judged=judged))
+    if "store" in results:
+        rows.extend(_store_rows(results["store"]))
     if "memory" not in results:
         return _render(rows)
     mem = results["memory"]
@@ -297,6 +302,67 @@ def _propagation_rows(
                 "",
                 "",
                 f"(log level {stall['log_level']})",
+            )
+        )
+    return rows
+
+
+def _store_rows(figure: dict[str, Any]) -> list[tuple[str, str, str, str, str, str, str]]:
+    """A restart with a full store beside empty starts; the store's size; its cost on and off."""
+    start = figure["start_up"]
+    n = start["instances"]
+    restored = ", ".join(str(size) for size in start["restored_instances"])
+    files = ", ".join(f"{name} {size / 1e6:.1f} MB" for name, size in start["db_files"].items())
+    rows = [
+        (
+            f"start-up with {n} stored instances",
+            f"{start['restart_seconds_median']} s to apps 200 "
+            f"({', '.join(str(r['ready_seconds']) for r in start['restarts'])}); "
+            f"serving after {start['restart_serving_seconds_median']} s, "
+            f"{start['restarts'][0]['cpu_seconds']} s CPU",
+            "",
+            "",
+            "",
+            "",
+            f"restored {restored} of {n}",
+        ),
+        (
+            "  empty",
+            f"{start['empty_seconds_median']} s",
+            f"store off: {start['empty_store_off_seconds_median']} s",
+            "",
+            "",
+            "",
+            "",
+        ),
+        (
+            "db size per instance",
+            f"{start['bytes_per_instance']} B/inst ({files})",
+            "",
+            "",
+            "",
+            "",
+            f"SIGTERM to exit {start['stop_seconds']} s",
+        ),
+    ]
+    on_off = figure["on_off"]
+    for key, label in (("heartbeat", "heartbeat"), ("churn", "register+cancel")):
+        both = on_off[key]
+        on, off = both["on"], both["off"]
+        rows.append(
+            (
+                f"{label} store on / off",
+                _rps(on),
+                f"off: {_rps(off)}",
+                f"{both['ratio']:.2f}" if both["ratio"] is not None else "",
+                f"{both['cpu_ratio']:.2f}" if both["cpu_ratio"] is not None else "",
+                f"{on['p50_ms_median']:.2f} / {on['p99_ms_median']:.2f}",
+                f"CPU {on['cpu_us_per_request']} / {off['cpu_us_per_request']} us/req"
+                + (
+                    f"; {both['requests_per_batch']:g} req/batch"
+                    if both["requests_per_batch"]
+                    else ""
+                ),
             )
         )
     return rows

@@ -19,6 +19,7 @@ from tests.bench import workloads
 
 READY_TIMEOUT = 30.0
 POLL = 0.05
+STOP_TIMEOUT = 60.0  # for a stopped server to write what it owes and exit
 
 
 def free_port() -> int:
@@ -31,6 +32,9 @@ def free_port() -> int:
 class Server:
     process: asyncio.subprocess.Process
     url: str
+    spawned_at: float | None = None  # the event loop's time at the spawn
+    # From the spawn until the ready path first answered (to within the poll interval)
+    ready_seconds: float | None = None
 
     def cpu_seconds(self) -> float:
         """User plus system CPU time the server process has used, from /proc."""
@@ -46,11 +50,20 @@ class Server:
 
 
 @asynccontextmanager
-async def registry(port: int | None = None, **settings: object) -> AsyncIterator[Server]:
+async def registry(
+    port: int | None = None,
+    *,
+    ready_path: str = "/eureka/apps",
+    ready_poll: float = POLL,
+    **settings: object,
+) -> AsyncIterator[Server]:
     """`python -m registry serve` with `settings` as REGISTRY_* variables, on `port` or a free one.
 
     A node with peers answers `apps` only once it has copied their registry (or found them all
     starting too), so the nodes of a cluster must be started together, not one after another.
+    `ready_path` answers 200 once the server is ready (`apps` by default, whose first answer
+    encodes the whole registry); `ready_poll` is how often it is tried meanwhile: finer when
+    the start-up is the figure.
     """
     port = port or free_port()
     with tempfile.TemporaryDirectory(prefix="bench-data-") as data_dir:
@@ -62,7 +75,8 @@ async def registry(port: int | None = None, **settings: object) -> AsyncIterator
             **{f"REGISTRY_{key.upper()}": str(value) for key, value in settings.items()},
         }
         command = [sys.executable, "-m", "registry", "serve", "--port", str(port)]
-        async with _process(command, env, f"http://127.0.0.1:{port}", "/eureka/apps") as server:
+        url = f"http://127.0.0.1:{port}"
+        async with _process(command, env, url, ready_path, poll=ready_poll) as server:
             yield server
 
 
@@ -97,12 +111,14 @@ async def ceiling(payload_dir: Path) -> AsyncIterator[Server]:
 
 @asynccontextmanager
 async def _process(
-    command: list[str], env: dict[str, str], url: str, ready_path: str | None
+    command: list[str], env: dict[str, str], url: str, ready_path: str | None, poll: float = POLL
 ) -> AsyncIterator[Server]:
+    spawned = asyncio.get_running_loop().time()
     process = await asyncio.create_subprocess_exec(*command, env=env)
-    server = Server(process, url)
+    server = Server(process, url, spawned_at=spawned)
     try:
-        await _wait_ready(server, ready_path)
+        await _wait_ready(server, ready_path, poll)
+        server.ready_seconds = asyncio.get_running_loop().time() - spawned
         yield server
     finally:
         if process.returncode is None:
@@ -110,7 +126,21 @@ async def _process(
             await process.wait()
 
 
-async def _wait_ready(server: Server, path: str | None) -> None:
+async def stop(server: Server) -> int:
+    """SIGTERM, as a service manager stops it (the registry first writes what it owes to its
+    store); its exit code. One that has not exited after STOP_TIMEOUT is killed, and that is an
+    error."""
+    if server.process.returncode is None:
+        server.process.terminate()
+    try:
+        return await asyncio.wait_for(server.process.wait(), STOP_TIMEOUT)
+    except TimeoutError:
+        server.process.kill()
+        await server.process.wait()
+        raise RuntimeError(f"the server did not stop within {STOP_TIMEOUT} s of SIGTERM") from None
+
+
+async def _wait_ready(server: Server, path: str | None, poll: float = POLL) -> None:
     deadline = asyncio.get_running_loop().time() + READY_TIMEOUT
     async with aiohttp.ClientSession() as session:
         while True:
@@ -124,7 +154,7 @@ async def _wait_ready(server: Server, path: str | None) -> None:
                 raise RuntimeError(f"server exited with {server.process.returncode}")
             if asyncio.get_running_loop().time() > deadline:
                 raise RuntimeError("server did not start")
-            await asyncio.sleep(POLL)
+            await asyncio.sleep(poll)
 
 
 async def populate(server: Server, count: int, *, start: int = 0, concurrency: int = 32) -> None:

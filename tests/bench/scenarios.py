@@ -17,7 +17,16 @@ import orjson
 from tests.bench import processes, workloads
 from tests.bench.load import LoadGenerator, Result
 
-SCENARIOS = ("heartbeat", "fetch", "churn", "delta", "replication", "memory", "propagation")
+SCENARIOS = (
+    "heartbeat",
+    "fetch",
+    "churn",
+    "delta",
+    "replication",
+    "memory",
+    "propagation",
+    "store",
+)
 # The delta scenario's window, in seconds (Eureka's is 180).
 DELTA_WINDOW = 3
 FETCH_VARIANTS = {  # name: request headers
