@@ -117,3 +117,34 @@ class TestFullDisk:
         snapshot = await store.load()
         await store.close()
         assert 21 == len(snapshot.instances)
+
+
+def chattr(flag: str, path: Path) -> bool:
+    """Set or clear the immutable attribute (root, on a file system that has it); whether it
+    worked."""
+    return subprocess.run(["chattr", flag, str(path)], capture_output=True).returncode == 0
+
+
+class TestReadOnlyDirectory:
+    async def test_a_read_only_data_directory_at_start_is_merged_once_writable(
+        self, aiohttp_client, clock, tmp_path
+    ):
+        """The node starts from memory (degraded) while its data directory cannot be written;
+        once it can, what the store kept comes back and this run's changes are written."""
+        data = tmp_path / "data"
+        first = await aiohttp_client(create_app(Settings(data_dir=str(data)), clock=clock))
+        await register(first, iid="kept")
+        await first.close()
+        if not await asyncio.to_thread(chattr, "+i", data):
+            pytest.skip("chattr +i needs root and a file system that has it")
+        try:
+            client = await aiohttp_client(create_app(Settings(data_dir=str(data)), clock=clock))
+            await register(client, iid="new")
+            assert 200 == (await client.put("/eureka/apps/ORDERS/new")).status
+            assert (await store_status(client))["degraded"] is True
+        finally:
+            await asyncio.to_thread(chattr, "-i", data)
+        await client.app[WRITER].flush()
+        assert (await store_status(client))["degraded"] is False
+        doc = await fetch_json(client, "/eureka/apps/ORDERS")
+        assert {"kept", "new"} == {i["instanceId"] for i in doc["application"]["instance"]}
