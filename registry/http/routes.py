@@ -53,6 +53,8 @@ def routes(app: web.Application) -> dict[str, dict[str, Handler]]:
 # Netflix serves the override dump outside the versioned API.
 UNVERSIONED: dict[str, dict[str, Handler]] = {
     "/eureka/serverinfo/statusoverrides": {"GET": admin_api.status_overrides},
+    "/healthz": {"GET": server_info.healthz},
+    "/readyz": {"GET": server_info.readyz},
 }
 
 

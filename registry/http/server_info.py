@@ -65,6 +65,25 @@ async def status(request: web.Request) -> web.Response:
     return payload(request, fmt, body)
 
 
+async def healthz(request: web.Request) -> web.Response:
+    """GET /healthz: the process is alive and its event loop answers."""
+    return web.Response(body=orjson.dumps({"alive": True}), content_type="application/json")
+
+
+async def readyz(request: web.Request) -> web.Response:
+    """GET /readyz: 200 when this node serves registry reads and its store writes, else 503
+    with every reason, for load balancers and orchestrators to route by."""
+    reasons = []
+    reads = request.app[READS]
+    if not reads.is_open:
+        reasons.append(f"reads not served: {reads.reason}")
+    writer = request.app[WRITER]
+    if writer is not None and writer.degraded:
+        reasons.append(f"store degraded: {writer.last_error}")
+    body = orjson.dumps({"ready": not reasons, "reasons": reasons})
+    return web.Response(body=body, status=503 if reasons else 200, content_type="application/json")
+
+
 def _store_status(app: web.Application) -> dict[str, object]:
     writer = app[WRITER]
     if writer is not None:

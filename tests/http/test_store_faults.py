@@ -148,3 +148,30 @@ class TestReadOnlyDirectory:
         assert (await store_status(client))["degraded"] is False
         doc = await fetch_json(client, "/eureka/apps/ORDERS")
         assert {"kept", "new"} == {i["instanceId"] for i in doc["application"]["instance"]}
+
+
+class TestReadiness:
+    async def test_ready_until_the_store_degrades_and_again_after(self, client):
+        assert 200 == (await client.get("/healthz")).status
+        response = await client.get("/readyz")
+        assert (200, {"ready": True, "reasons": []}) == (response.status, await response.json())
+        await register(client)
+        writer = client.app[WRITER]
+        async with locked(writer.path):
+            await register(client, iid="i-2")
+            with pytest.raises(sqlite3.Error):
+                await writer.flush()
+            response = await client.get("/readyz")
+            body = await response.json()
+            assert (503, False) == (response.status, body["ready"])
+            assert body["reasons"][0].startswith("store degraded: OperationalError")
+            assert 200 == (await client.get("/healthz")).status
+        await writer.flush()
+        assert 200 == (await client.get("/readyz")).status
+
+    @pytest.mark.parametrize("settings", [Settings(peers=("http://127.0.0.1:9/eureka/",))])
+    async def test_not_ready_while_reads_wait_for_peers(self, client, settings):
+        response = await client.get("/readyz")
+        body = await response.json()
+        assert (503, False) == (response.status, body["ready"])
+        assert body["reasons"][0].startswith("reads not served")
