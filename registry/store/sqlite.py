@@ -157,9 +157,6 @@ class Store:
         meta: dict[str, str] = {key: value for key, value in rows}
         return Snapshot(instances, overrides, int(meta.get("index", 0)), meta.get("epoch"))
 
-    async def overrides(self) -> list[StoredOverride]:
-        return (await self.load()).overrides
-
     async def history(self, *, since_ms: int = 0) -> list[dict[str, object]]:
         """The override audit trail from `since_ms`, oldest first."""
         rows = await self._db.execute_fetchall(

@@ -130,7 +130,7 @@ class TestRoundTrip:
         other = StoredOverride("ORDERS", "b", S.DOWN, None, T0 + 1, None)
         await store.write(Batch(overrides_set=[override, other]))
         await store.write(Batch(overrides_gone=[OverrideGone("ORDERS", "b", T0 + 2)]))
-        assert [override] == await store.overrides()
+        assert [override] == (await store.load()).overrides
         assert [
             ("set", "a", "OUT_OF_SERVICE", "draining"),
             ("set", "b", "DOWN", None),

@@ -98,7 +98,7 @@ class TestBatches:
         registry.cancel("ORDERS", "c", now_ms=T0 + 1)
         await writer.flush()
         store = await Store.open(writer.path, now_ms=T0)
-        overrides = await store.overrides()
+        overrides = (await store.load()).overrides
         history = [(h["action"], h["instance_id"]) for h in await store.history()]
         await store.close()
         assert [("ORDERS", "a", S.OUT_OF_SERVICE)] == [
@@ -207,6 +207,6 @@ class TestOverridesWin:
         registry.set_status_override("ORDERS", "a", S.DOWN, now_ms=T0 + 2)
         await writer.flush()
         store = await Store.open(writer.path, now_ms=T0)
-        overrides = await store.overrides()
+        overrides = (await store.load()).overrides
         await store.close()
         assert [("a", S.DOWN)] == [(o.instance_id, o.status) for o in overrides]
