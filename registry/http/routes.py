@@ -10,7 +10,14 @@ from aiohttp.typedefs import Handler
 
 from peers import batch_handler, digest
 from registry.appkeys import CLOCK, REGISTRY
-from registry.http import admin_api, client_api, discovery_api, server_info, watch_api
+from registry.http import (
+    admin_api,
+    client_api,
+    discovery_api,
+    openapi,
+    server_info,
+    watch_api,
+)
 from registry.http.error_handling import json_errors, method_not_allowed, no_such_endpoint
 
 PREFIXES = ("/eureka", "/eureka/v2", "/eureka/v1")
@@ -55,6 +62,7 @@ UNVERSIONED: dict[str, dict[str, Handler]] = {
     "/eureka/serverinfo/statusoverrides": {"GET": admin_api.status_overrides},
     "/healthz": {"GET": server_info.healthz},
     "/readyz": {"GET": server_info.readyz},
+    "/openapi.json": {"GET": openapi.openapi},
 }
 
 
