@@ -30,7 +30,7 @@ from registry.model import (
     Lease,
     ReplicationAction,
 )
-from rules import CHAIN, first_match
+from rules import CHAIN, Decision, decide, interned
 
 log = structlog.get_logger()
 
@@ -53,6 +53,11 @@ class Outbox(Protocol):
 _UP = InstanceStatus.UP
 _UNKNOWN = InstanceStatus.UNKNOWN
 _A = ReplicationAction
+
+
+def _admin(action: str, status: InstanceStatus) -> Decision:
+    """A status set by an admin's call (or its expiry) rather than by the rule chain."""
+    return interned(Decision(action, None, status, None, False))
 
 
 class Registry:
@@ -110,7 +115,7 @@ class Registry:
             # How peers hand over an override: it comes in the registration itself.
             self._overrides.setdefault(iid, registrant.overridden_status)
         override = self._overrides.get(iid)
-        status = first_match(
+        status, decision = decide(
             CHAIN,
             registrant.status,
             override,
@@ -129,6 +134,7 @@ class Registry:
             registration_ms=now_ms,
             last_renewal_ms=now_ms if last_renewal_ms is None else min(last_renewal_ms, now_ms),
             service_up_ms=existing.service_up_ms if existing is not None else 0,
+            decision=decision,
         )
         if status is _UP and lease.service_up_ms == 0:
             lease.service_up_ms = now_ms
@@ -194,9 +200,12 @@ class Registry:
         if override is not None or instance.status is _UNKNOWN:
             # Without an override the chain can only answer the holder's own status, so a
             # renewal changes nothing; with one, or when the holder is UNKNOWN, ask the chain.
-            status = first_match(CHAIN, instance.status, override, instance.status, is_replication)
+            status, decision = decide(
+                CHAIN, instance.status, override, instance.status, is_replication
+            )
             if status is _UNKNOWN:
                 raise UnknownInstance(f"{app}/{instance_id}: status UNKNOWN, re-register")
+            lease.decision = decision
             if status is not instance.status:
                 self._change(lease, now_ms, status=status)
         lease.renew(now_ms, self._legacy)
@@ -250,6 +259,7 @@ class Registry:
         if self._overrides.get(instance_id) is status and instance.status is status:
             return
         self._overrides[instance_id] = status
+        lease.decision = _admin("an admin's override", status)
         if status is _UP and lease.service_up_ms == 0:
             lease.service_up_ms = now_ms
         self._change(
@@ -279,6 +289,7 @@ class Registry:
         lease = self._live_lease(app, instance_id, now_ms)
         lease.renew(now_ms, self._legacy)
         if self._overrides.pop(instance_id, None) is not None:
+            lease.decision = _admin("an admin's override deleted", status)
             self._change(
                 lease,
                 now_ms,
@@ -306,6 +317,7 @@ class Registry:
         if lease is None:
             return None
         instance = lease.instance
+        lease.decision = _admin("an override's expiry", _UNKNOWN)
         self._change(lease, now_ms, status=_UNKNOWN, overridden_status=_UNKNOWN)
         log.info("override_expired", app=instance.app, instance_id=instance_id)
         if self.outbox is not None:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Protocol
 
-from rules import InstanceStatus
+from rules import Decision, InstanceStatus
 
 __all__ = [
     "AMAZON_CLASS",
@@ -124,6 +124,7 @@ class Lease:
     last_renewal_ms: int
     service_up_ms: int = 0
     eviction_ms: int = 0
+    decision: Decision | None = None  # why the instance has its status (GET status/explain)
 
     def renew(self, now_ms: int, legacy: bool = False) -> None:
         """Record a heartbeat.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import NamedTuple
 
 from rules.rules import always_match, down_or_starting, lease_exists, override_exists
 from rules.status import InstanceStatus
@@ -28,3 +29,60 @@ def first_match(
         if status is not None:
             return status
     raise LookupError("no rule matched: a chain must end with always_match")
+
+
+NAMES: dict[Rule, str] = {
+    down_or_starting: "DownOrStarting",
+    override_exists: "OverrideExists",
+    lease_exists: "LeaseExists",
+    always_match: "AlwaysMatch",
+}
+
+
+class Decision(NamedTuple):
+    """Why an instance has its status: the rule (or the admin action) that set it, and what
+    it saw. Kept on each lease, interned, so a lease pays one reference for it."""
+
+    by: str
+    claimed: InstanceStatus | None
+    override: InstanceStatus | None
+    existing: InstanceStatus | None
+    replication: bool
+
+
+_INTERNED: dict[Decision, Decision] = {}
+
+
+def interned(decision: Decision) -> Decision:
+    """The one shared copy of `decision` (there are a few hundred possible ones)."""
+    return _INTERNED.setdefault(decision, decision)
+
+
+def decide(
+    chain: Sequence[Rule],
+    claimed: InstanceStatus,
+    override: InstanceStatus | None,
+    existing: InstanceStatus | None,
+    is_replication: bool,
+) -> tuple[InstanceStatus, Decision]:
+    """`first_match`, and which rule answered with what inputs."""
+    for rule in chain:
+        status = rule(claimed, override, existing, is_replication)
+        if status is not None:
+            return status, interned(
+                Decision(NAMES[rule], claimed, override, existing, is_replication)
+            )
+    raise LookupError("no rule matched: a chain must end with always_match")
+
+
+def trace(chain: Sequence[Rule], decision: Decision) -> list[tuple[str, InstanceStatus | None]]:
+    """Each rule's answer to a decision's inputs, in order, up to the one that answered."""
+    answers: list[tuple[str, InstanceStatus | None]] = []
+    if decision.claimed is None:
+        return answers
+    for rule in chain:
+        status = rule(decision.claimed, decision.override, decision.existing, decision.replication)
+        answers.append((NAMES[rule], status))
+        if status is not None:
+            break
+    return answers

@@ -12,6 +12,7 @@ from registry.errors import BadInput, NotServed, StoreUnavailable, UnknownInstan
 from registry.http import params
 from registry.model import InstanceStatus
 from registry.overrides import Note
+from rules import CHAIN, trace
 
 
 async def set_status_override(request: web.Request) -> web.Response:
@@ -114,6 +115,42 @@ async def override_history(request: web.Request) -> web.Response:
         detail = f"the history cannot be read now ({type(exc).__name__}: {exc})"
         raise StoreUnavailable(detail) from None
     return web.Response(body=orjson.dumps({"history": history}), content_type="application/json")
+
+
+async def explain(request: web.Request) -> web.Response:
+    """GET apps/{app}/{id}/status/explain: which rule of the chain (or which admin action) gave
+    the instance its status, the inputs it saw, and each rule's answer to them."""
+    lease = request.app[REGISTRY].get(
+        params.app_name(request), request.match_info["id"], now_ms=request.app[CLOCK].wall_ms()
+    )
+    instance, decision = lease.instance, lease.decision
+    note = request.app[NOTES].of(instance.instance_id, instance.overridden_status)
+    body: dict[str, object] = {
+        "app": instance.app,
+        "instanceId": instance.instance_id,
+        "status": instance.status.value,
+        "overriddenStatus": instance.overridden_status.value,
+        "decidedBy": None if decision is None else decision.by,
+        "inputs": None
+        if decision is None
+        else {
+            "claimed": _value(decision.claimed),
+            "override": _value(decision.override),
+            "existingLease": _value(decision.existing),
+            "replication": decision.replication,
+        },
+        "chain": []
+        if decision is None
+        else [{"rule": name, "answer": _value(answer)} for name, answer in trace(CHAIN, decision)],
+        "override": None
+        if note is None
+        else {"reason": note.reason, "setAt": note.set_ms, "expiresAt": note.expires_ms},
+    }
+    return web.Response(body=orjson.dumps(body), content_type="application/json")
+
+
+def _value(status: InstanceStatus | None) -> str | None:
+    return None if status is None else status.value
 
 
 def _app_of(registry: Registry, instance_id: str) -> str | None:

@@ -162,6 +162,13 @@ def _paths() -> dict[str, dict[str, Any]]:
                 parameters=[_query("value", "the status to leave"), LAST_DIRTY, REPLICATION],
             ),
         },
+        "/apps/{app}/{id}/status/explain": {
+            "parameters": [APP, ID],
+            "get": _op(
+                "Which rule of the chain (or admin action) decided the status, and its inputs",
+                {"200": _JSON_DOC, "404": NOT_FOUND},
+            ),
+        },
         "/apps/{app}/{id}/metadata": {
             "parameters": [APP, ID],
             "put": _op(

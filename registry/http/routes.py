@@ -44,6 +44,7 @@ def routes(app: web.Application) -> dict[str, dict[str, Handler]]:
             "PUT": admin_api.set_status_override,
             "DELETE": admin_api.delete_status_override,
         },
+        "/apps/{app}/{id}/status/explain": {"GET": admin_api.explain},
         "/apps/{app}/{id}/metadata": {"PUT": admin_api.update_metadata},
         "/instances/{id}": {"GET": discovery_api.instance_by_id},
         "/vips/{vip}": {"GET": discovery_api.vip},

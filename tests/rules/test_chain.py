@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rules import CHAIN, InstanceStatus, first_match
+from rules import CHAIN, Decision, InstanceStatus, decide, first_match, trace
 
 S = InstanceStatus
 ABBREV = {"U": S.UP, "D": S.DOWN, "S": S.STARTING, "O": S.OUT_OF_SERVICE, "?": S.UNKNOWN, "-": None}
@@ -132,3 +132,32 @@ class TestParse:
         """An unknown name is an error that lists the valid ones."""
         with pytest.raises(ValueError, match="expected one of UP, DOWN"):
             S.parse("SLEEPING")
+
+
+class TestDecide:
+    def test_names_the_rule_that_answered_with_its_inputs(self):
+        status, decision = decide(CHAIN, S.UP, S.OUT_OF_SERVICE, S.UP, False)
+        assert S.OUT_OF_SERVICE == status
+        assert Decision("OverrideExists", S.UP, S.OUT_OF_SERVICE, S.UP, False) == decision
+
+    def test_decisions_are_shared(self):
+        assert (
+            decide(CHAIN, S.UP, None, None, False)[1] is decide(CHAIN, S.UP, None, None, False)[1]
+        )
+
+    def test_trace_gives_each_answer_up_to_the_deciding_rule(self):
+        _, decision = decide(CHAIN, S.UP, None, S.OUT_OF_SERVICE, False)
+        assert [
+            ("DownOrStarting", None),
+            ("OverrideExists", None),
+            ("LeaseExists", S.OUT_OF_SERVICE),
+        ] == trace(CHAIN, decision)
+
+    def test_decide_agrees_with_first_match_everywhere(self):
+        statuses = [*S, None]
+        for claimed in S:
+            for override in statuses:
+                for existing in statuses:
+                    for replication in (False, True):
+                        args = (claimed, override, existing, replication)
+                        assert first_match(CHAIN, *args) == decide(CHAIN, *args)[0]
