@@ -1,4 +1,6 @@
-"""`python -m registry serve [--config FILE] [--host H] [--port P] [--peers URL[,URL...]]`
+"""`python -m registry serve [--config FILE] [--host H] [--port P] [--peers URL[,URL...]]`,
+and the admin commands against a running server: apps, instances, out-of-service, in-service,
+explain, status (`python -m registry COMMAND --help`).
 
 SIGHUP re-reads the same sources (file, environment, flags) and applies the peer list.
 """
@@ -15,6 +17,7 @@ from pathlib import Path
 import structlog
 from aiohttp import web
 
+from registry import admin_cli
 from registry.app import create_app
 from registry.logs import configure
 from registry.settings import Settings, SettingsError
@@ -47,7 +50,10 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument(
         "--peers", help="other nodes' base URLs, comma-separated (http://host:8761/eureka/)"
     )
+    admin_cli.add_commands(commands)
     args = parser.parse_args(argv)
+    if args.command != "serve":
+        return admin_cli.run(args)
 
     config = args.config or (DEFAULT_CONFIG if DEFAULT_CONFIG.exists() else None)
     environ = dict(os.environ)

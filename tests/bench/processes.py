@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import socket
 import sys
 import tempfile
@@ -66,7 +67,9 @@ async def registry(
     the start-up is the figure.
     """
     port = port or free_port()
-    with tempfile.TemporaryDirectory(prefix="bench-data-") as data_dir:
+    # Made and removed in a thread: the test suite runs this too, and its loop must not block.
+    data_dir = await asyncio.to_thread(tempfile.mkdtemp, prefix="bench-data-")
+    try:
         env = {
             **os.environ,
             "REGISTRY_LOG_LEVEL": "warning",
@@ -78,6 +81,8 @@ async def registry(
         url = f"http://127.0.0.1:{port}"
         async with _process(command, env, url, ready_path, poll=ready_poll) as server:
             yield server
+    finally:
+        await asyncio.to_thread(shutil.rmtree, data_dir, True)
 
 
 @asynccontextmanager
