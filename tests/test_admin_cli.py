@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import sys
 from collections.abc import AsyncIterator
 
 import aiohttp
@@ -13,6 +12,7 @@ from aiohttp import web
 
 from tests.bench import processes
 from tests.helpers import instance_doc
+from tests.test_cli import start
 
 pytestmark = pytest.mark.slow
 
@@ -20,15 +20,7 @@ TIMEOUT = 30.0
 
 
 async def cli(*args: str, env: dict[str, str] | None = None) -> tuple[int, str, str]:
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "registry",
-        *args,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        env=env,
-    )
+    process = await start(*args, env=env)
     out, err = await asyncio.wait_for(process.communicate(), TIMEOUT)
     assert process.returncode is not None
     return process.returncode, out.decode(), err.decode()
