@@ -37,6 +37,7 @@ from registry.feed import KEEPALIVE, ChangeFeed
 from registry.gate import ReadGate
 from registry.http import add_routes
 from registry.journal import DeltaJournal
+from registry.metrics import METRICS, InstanceCounts, collector_registry
 from registry.overrides import Note, OverrideNotes
 from registry.preservation import MINUTE, SelfPreservation
 from registry.settings import Settings
@@ -82,6 +83,8 @@ def create_app(
     registry.subscribe(preservation.on_change)
     feed = ChangeFeed(registry, clock)
     registry.subscribe(feed.on_change)
+    counts = InstanceCounts()
+    registry.subscribe(counts.on_change)
     app[SETTINGS] = settings
     app[CLOCK] = clock
     app[REGISTRY] = registry
@@ -92,6 +95,7 @@ def create_app(
     app[WRITER] = None
     app[RESTORED] = 0
     app[NOTES] = OverrideNotes()
+    app[METRICS] = collector_registry(app, counts)
     app[STARTED_AT] = clock.monotonic()
     app[READS] = ReadGate()
     app[CLUSTER] = Cluster(registry, clock, settings)

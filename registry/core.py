@@ -73,6 +73,9 @@ class Registry:
         # Names this run of the registry: an index means nothing to another node or run.
         self.epoch = secrets.token_hex(4)
         self.renewals = 0  # heartbeats accepted since start, client and replicated
+        self.registrations = 0
+        self.cancels = 0
+        self.evictions = 0
         self._hash = (-1, "")  # (index, reconcile hash at that index)
         self.outbox: Outbox | None = None
 
@@ -97,6 +100,7 @@ class Registry:
         older: an instance that died there must not get a full new life here. `quiet` logs it
         at debug level only (a warm restart brings back thousands at once).
         """
+        self.registrations += 1
         leases = self._apps.setdefault(instance.app, {})
         existing = leases.get(instance.instance_id)
         registrant = instance
@@ -225,6 +229,7 @@ class Registry:
         """Deregister an instance (contract 6.4); its override goes with it."""
         self._overrides.pop(instance_id, None)
         self._remove(self._lease(app, instance_id), now_ms)
+        self.cancels += 1
         log.info("instance_cancelled", app=app, instance_id=instance_id, replication=is_replication)
         if self.outbox is not None and not is_replication:
             self.outbox(_A.CANCEL, app, instance_id)
@@ -350,6 +355,7 @@ class Registry:
         if lease is None or not lease.is_expired(now_ms, extra_ms):
             return False
         self._remove(lease, now_ms)
+        self.evictions += 1
         log.info(
             "lease_evicted",
             app=app,

@@ -257,6 +257,12 @@ UNVERSIONED_PATHS: dict[str, dict[str, Any]] = {
         ),
     },
     "/openapi.json": {"get": _op("This document", {"200": _JSON_DOC})},
+    "/metrics": {
+        "get": _op(
+            "Metrics in Prometheus' text format",
+            {"200": {"description": "Prometheus text.", "content": {"text/plain": {}}}},
+        )
+    },
 }
 
 

@@ -9,6 +9,7 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 
 from peers import batch_handler, digest
+from registry import metrics
 from registry.appkeys import CLOCK, REGISTRY
 from registry.http import (
     admin_api,
@@ -64,6 +65,7 @@ UNVERSIONED: dict[str, dict[str, Handler]] = {
     "/healthz": {"GET": server_info.healthz},
     "/readyz": {"GET": server_info.readyz},
     "/openapi.json": {"GET": openapi.openapi},
+    "/metrics": {"GET": metrics.metrics},
 }
 
 
