@@ -40,37 +40,34 @@ def _error(description: str) -> dict[str, Any]:
     }
 
 
-def _path(name: str, description: str) -> dict[str, Any]:
+def _param(where: str, name: str, description: str, *, required: bool) -> dict[str, Any]:
     return {
         "name": name,
-        "in": "path",
-        "required": True,
-        "schema": {"type": "string"},
-        "description": description,
-    }
-
-
-def _query(name: str, description: str, *, required: bool = False) -> dict[str, Any]:
-    return {
-        "name": name,
-        "in": "query",
+        "in": where,
         "required": required,
         "schema": {"type": "string"},
         "description": description,
     }
 
 
+def _path(name: str, description: str) -> dict[str, Any]:
+    return _param("path", name, description, required=True)
+
+
+def _query(name: str, description: str, *, required: bool = False) -> dict[str, Any]:
+    return _param("query", name, description, required=required)
+
+
 APP = _path("app", "application name (case-insensitive)")
 ID = _path("id", "instance id")
 VIP = _path("vip", "VIP address (one name of a comma-separated list)")
 LAST_DIRTY = _query("lastDirtyTimestamp", "the client's lastDirtyTimestamp (epoch ms)")
-REPLICATION = {
-    "name": "x-netflix-discovery-replication",
-    "in": "header",
-    "required": False,
-    "schema": {"type": "string", "enum": ["true"]},
-    "description": "the call comes from a peer node",
-}
+REPLICATION = _param(
+    "header",
+    "x-netflix-discovery-replication",
+    "the call comes from a peer node (true)",
+    required=False,
+)
 NOT_FOUND = _error("No such instance or application.")
 BAD = _error("Bad input; nothing changed.")
 NOT_SYNCED = _error("Reads are not served yet (copying the registry from peers).")
@@ -220,13 +217,7 @@ def _paths() -> dict[str, dict[str, Any]]:
                     "403": NOT_SYNCED,
                 },
                 parameters=[
-                    {
-                        "name": "Last-Event-ID",
-                        "in": "header",
-                        "required": False,
-                        "schema": {"type": "string"},
-                        "description": "resume after index@epoch",
-                    },
+                    _param("header", "Last-Event-ID", "resume after index@epoch", required=False),
                     _query("index", "resume after this registry index"),
                     _query("epoch", "the epoch of that index"),
                 ],
