@@ -14,7 +14,7 @@ import aiohttp
 import orjson
 from aiohttp import hdrs
 
-from registry.codec.wire import REPLICATION_HEADER
+from registry.codec.wire import REPLICATION_HEADER, basic_authorization
 
 USER_AGENT = "service-registry-replication"
 
@@ -39,8 +39,18 @@ class PeerSyncing(PeerError):
     """The peer is itself still copying the registry from its own peers."""
 
 
-def new_session(*, connect_timeout: float, read_timeout: float) -> aiohttp.ClientSession:
-    """The node's one session for all its peers (call inside the running loop)."""
+def new_session(
+    *, connect_timeout: float, read_timeout: float, credential: str = ""
+) -> aiohttp.ClientSession:
+    """The node's one session for all its peers (call inside the running loop); `credential`,
+    `user:password`, is the peer credential every node of the cluster shares."""
+    headers = {
+        REPLICATION_HEADER: "true",
+        hdrs.ACCEPT: "application/json",
+        hdrs.USER_AGENT: USER_AGENT,
+    }
+    if credential:
+        headers[hdrs.AUTHORIZATION] = basic_authorization(credential)
     return aiohttp.ClientSession(
         timeout=aiohttp.ClientTimeout(
             total=None,
@@ -49,11 +59,7 @@ def new_session(*, connect_timeout: float, read_timeout: float) -> aiohttp.Clien
             sock_read=read_timeout,
         ),
         connector=aiohttp.TCPConnector(limit=100, limit_per_host=8, keepalive_timeout=30),
-        headers={
-            REPLICATION_HEADER: "true",
-            hdrs.ACCEPT: "application/json",
-            hdrs.USER_AGENT: USER_AGENT,
-        },
+        headers=headers,
         raise_for_status=False,
     )
 
@@ -113,6 +119,8 @@ class PeerClient:
             raise _NotFound(path)
         if status == 403 and b'"not_synced"' in body:
             raise PeerSyncing(f"{self.url}: still syncing from its peers")
+        if status in (401, 403):
+            raise PeerRefused(f"{self.url}: {status}: it does not take our peer_credential")
         raise PeerRefused(f"{self.url}{path}: {status} {body[:200].decode(errors='replace')}")
 
 

@@ -44,6 +44,7 @@ class Cluster:
         self._session = new_session(
             connect_timeout=self._settings.peer_connect_timeout,
             read_timeout=self._settings.peer_read_timeout,
+            credential=self._settings.peer_credential,
         )
         self._local_names = await asyncio.to_thread(local_names, self._settings.host)
         self.set_peers(self._settings.peers)

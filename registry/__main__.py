@@ -76,7 +76,11 @@ def main(argv: list[str] | None = None) -> int:
         config=str(config),
         peers=list(settings.peers),
         loop=loop_name(loop),
+        credentials="by plane" if settings.secured else "none (loopback only)",
     )
+    missing = settings.missing_credentials()
+    if settings.insecure_public_bind and missing:
+        log.warning("serving_without_credentials", host=settings.host, missing=missing)
     try:
         web.run_app(
             create_app(settings, reload=load),

@@ -3,14 +3,13 @@
 It talks to a running server over HTTP (standard library only: a command is one request or
 two), prints readable tables, or the server's JSON with `--json`. The server's URL comes from
 `--server` or `REGISTRY_SERVER` (default http://127.0.0.1:8761/eureka/); credentials from
-`--user`/`--password` or `REGISTRY_USER`/`REGISTRY_PASSWORD`, sent as HTTP Basic, and never
-printed.
+`--user`/`--password` or `REGISTRY_USER`/`REGISTRY_PASSWORD`, sent as HTTP Basic, or an admin
+bearer token from `--token` or `REGISTRY_TOKEN`; never printed.
 """
 
 from __future__ import annotations
 
 import argparse
-import base64
 import os
 import sys
 import urllib.error
@@ -20,6 +19,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import orjson
+
+from registry.codec.wire import basic_authorization
 
 DEFAULT_SERVER = "http://127.0.0.1:8761/eureka/"
 TIMEOUT = 10.0
@@ -35,6 +36,7 @@ def add_commands(commands: Any) -> None:
     common.add_argument("--server", help=f"the server's base URL (default {DEFAULT_SERVER})")
     common.add_argument("--user", help="user name (or REGISTRY_USER)")
     common.add_argument("--password", help="password (or REGISTRY_PASSWORD)")
+    common.add_argument("--token", help="an admin bearer token instead (or REGISTRY_TOKEN)")
     common.add_argument("--json", action="store_true", help="print the server's JSON")
 
     def command(name: str, run: Callable[[argparse.Namespace], int], help: str) -> Any:
@@ -161,10 +163,12 @@ def _request(
     url = base.rstrip("/") + "/" + path + ("?" + urllib.parse.urlencode(query) if query else "")
     request = urllib.request.Request(url, method=method, headers={"Accept": "application/json"})
     user = args.user or os.environ.get("REGISTRY_USER")
+    token = args.token or os.environ.get("REGISTRY_TOKEN")
     if user:
         password = args.password or os.environ.get("REGISTRY_PASSWORD", "")
-        token = base64.b64encode(f"{user}:{password}".encode()).decode()
-        request.add_header("Authorization", f"Basic {token}")
+        request.add_header("Authorization", basic_authorization(f"{user}:{password}"))
+    elif token:
+        request.add_header("Authorization", f"Bearer {token}")
     try:
         with urllib.request.urlopen(request, timeout=TIMEOUT) as response:
             body = response.read()

@@ -20,10 +20,12 @@ from registry.appkeys import (
     CLUSTER,
     FEED,
     JOURNAL,
+    LIMITER,
     NOTES,
     PRESERVATION,
     READS,
     REGISTRY,
+    REQUESTS,
     RESTORED,
     SETTINGS,
     STARTED_AT,
@@ -40,6 +42,8 @@ from registry.journal import DeltaJournal
 from registry.metrics import METRICS, InstanceCounts, collector_registry
 from registry.overrides import Note, OverrideNotes
 from registry.preservation import MINUTE, SelfPreservation
+from registry.ratelimit import FetchLimiter
+from registry.request_stats import RequestStats
 from registry.settings import Settings
 from registry.store.restore import restore, restore_missing
 from registry.store.sqlite import OverrideGone, Snapshot
@@ -98,6 +102,12 @@ def create_app(
     app[METRICS] = collector_registry(app, counts)
     app[STARTED_AT] = clock.monotonic()
     app[READS] = ReadGate()
+    app[REQUESTS] = RequestStats()
+    app[LIMITER] = (
+        FetchLimiter(rate=settings.fetch_rate_limit, burst=settings.fetch_burst)
+        if settings.fetch_rate_limit
+        else None
+    )
     app[CLUSTER] = Cluster(registry, clock, settings)
     app[DIGESTS] = Digests(registry)
     add_routes(app)
@@ -200,7 +210,9 @@ async def _store(app: web.Application) -> AsyncIterator[None]:
     snapshot = await writer.open()  # None: unavailable; degraded until a flush can open it
     if snapshot is not None:
         for o in snapshot.overrides:
-            app[NOTES].note(o.instance_id, Note(o.app, o.status, o.reason, o.set_ms, o.expires_ms))
+            app[NOTES].note(
+                o.instance_id, Note(o.app, o.status, o.reason, o.set_ms, o.expires_ms, o.set_by)
+            )
         app[RESTORED] = restore(registry, app[JOURNAL], snapshot, now_ms=clock.wall_ms())
         if app[RESTORED]:
             app[READS].restored(f"restored {app[RESTORED]} instances from {writer.path}")

@@ -13,6 +13,8 @@ from registry.gate import ReadGate
 from registry.journal import DeltaJournal
 from registry.overrides import OverrideNotes
 from registry.preservation import SelfPreservation
+from registry.ratelimit import FetchLimiter
+from registry.request_stats import RequestStats
 from registry.settings import Settings
 from registry.store.writer import StoreWriter
 
@@ -30,3 +32,6 @@ WRITER: web.AppKey[StoreWriter | None] = web.AppKey("writer")
 RESTORED = web.AppKey("restored", int)  # instances a warm restart brought back
 NOTES = web.AppKey("notes", OverrideNotes)  # overrides' reasons and expiries
 STARTED_AT = web.AppKey("started_at", float)  # monotonic seconds, for uptime
+# Per-client fetch buckets; None when fetch_rate_limit is 0
+LIMITER: web.AppKey[FetchLimiter | None] = web.AppKey("limiter")
+REQUESTS = web.AppKey("requests", RequestStats)  # counts and latencies, for /metrics

@@ -1,8 +1,9 @@
 """GET /metrics: the registry in Prometheus' text format, through prometheus-client.
 
-Everything is read when Prometheus scrapes, from counters the parts keep anyway, so no request
-pays for metrics. The one running tally kept for them is the instance count per application
-and status, updated from change events (O(1) each) so a scrape never walks the registry.
+Everything is read when Prometheus scrapes, from counters the parts keep anyway. Two tallies are
+kept for metrics alone: the instance count per application and status, updated from change
+events (O(1) each) so a scrape never walks the registry, and the requests by endpoint, method
+and status with their latencies (registry/request_stats.py, well under a microsecond each).
 """
 
 from __future__ import annotations
@@ -15,7 +16,17 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from registry.appkeys import CACHE, CLUSTER, FEED, JOURNAL, PRESERVATION, REGISTRY, WRITER
+from registry.appkeys import (
+    CACHE,
+    CLUSTER,
+    FEED,
+    JOURNAL,
+    LIMITER,
+    PRESERVATION,
+    REGISTRY,
+    REQUESTS,
+    WRITER,
+)
 from registry.model import ActionType, ChangeEvent
 
 METRICS = web.AppKey("metrics", CollectorRegistry)  # this app's own Prometheus registry
@@ -84,6 +95,13 @@ class RegistryCollector(Collector):
         feed = app[FEED]
         yield _gauge("registry_watchers", "Open watch streams", feed.watchers)
         yield _gauge("registry_long_polls", "Long-polls waiting", feed.polls)
+        limiter = app[LIMITER]
+        if limiter is not None:
+            yield _counter(
+                "registry_fetches_throttled", "Fetches answered 429 (rate limit)", limiter.throttled
+            )
+            yield _gauge("registry_fetch_clients", "Clients with a fetch bucket", len(limiter))
+        yield from app[REQUESTS].collect()
         yield from _peers(app)
         yield from _store(app)
 

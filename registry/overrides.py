@@ -1,4 +1,4 @@
-"""What an admin said with an override: why, when, and until when.
+"""What an admin said with an override: why, when, until when, and who.
 
 The registry holds each override's status (the rule chain reads only that); these notes hold
 the rest, keyed by instance id. A note belongs to the status it was given for: when the
@@ -21,6 +21,7 @@ class Note:
     reason: str | None
     set_ms: int
     expires_ms: int | None
+    by: str | None = None  # the admin's user name, when credentials are configured
 
 
 class OverrideNotes:

@@ -8,10 +8,11 @@ flags. Durations are in seconds. A bad value fails at start-up, naming its key.
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import tomllib
 import typing
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -21,6 +22,7 @@ MINUTES = 60 * SECONDS
 ENV_PREFIX = "REGISTRY_"
 LOG_FORMATS = ("auto", "json", "console")
 LOG_LEVELS = ("debug", "info", "warning", "error")
+SECRETS = frozenset({"client_credentials", "admin_credentials", "admin_tokens", "peer_credential"})
 
 
 class SettingsError(ValueError):
@@ -31,6 +33,12 @@ class SettingsError(ValueError):
 class Settings:
     host: str = "127.0.0.1"  # loopback until credentials exist to protect a wider bind
     port: int = 8761
+    # Credentials by plane (`user:password` for HTTP Basic); none at all: open, on loopback only
+    client_credentials: tuple[str, ...] = field(default=(), repr=False)
+    admin_credentials: tuple[str, ...] = field(default=(), repr=False)
+    admin_tokens: tuple[str, ...] = field(default=(), repr=False)  # HTTP bearer tokens
+    peer_credential: str = field(default="", repr=False)  # sent to peers, and required of them
+    insecure_public_bind: bool = False  # serve a non-loopback address without credentials
     # Leases and eviction
     legacy_lease_expiry: bool = False  # Eureka's 2 x duration after the last renewal
     eviction_interval: float = 5 * SECONDS
@@ -72,6 +80,9 @@ class Settings:
     override_history_retention: float = 30 * 24 * 60 * MINUTES  # the audit trail's length
     # HTTP
     max_body_bytes: int = 1024 * 1024
+    # Registry fetches (full, delta, application, VIP) per client address; 0: no limit
+    fetch_rate_limit: float = 20.0  # a second, sustained
+    fetch_burst: int = 100  # at once: a host's instances all starting together
     access_log: bool = False
     # Logging
     log_level: str = "info"
@@ -111,16 +122,65 @@ class Settings:
         for key in ("replication_batch_size", "replication_max_pending"):
             if getattr(self, key) < 1:
                 raise SettingsError(f"{key}: must be at least 1, not {getattr(self, key)}")
+        self._check_credentials()
         for url in (*self.peers, *([self.my_url] if self.my_url else [])):
             problem = peer_url_problem(url)
             if problem:
-                raise SettingsError(f"peers: {url!r} {problem}")
+                parts = urlsplit(url)  # shown without a user or password it may carry
+                shown = parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl()
+                raise SettingsError(f"peers: {shown!r} {problem}")
+        if self.fetch_rate_limit < 0:
+            raise SettingsError("fetch_rate_limit: must not be negative (0 turns it off)")
+        if self.fetch_burst < 1:
+            raise SettingsError(f"fetch_burst: must be at least 1, not {self.fetch_burst}")
         if self.max_body_bytes < 1024:
             raise SettingsError(f"max_body_bytes: {self.max_body_bytes} is too small")
         if self.log_format not in LOG_FORMATS:
             raise SettingsError(f"log_format: {self.log_format!r} is not one of {LOG_FORMATS}")
         if self.log_level not in LOG_LEVELS:
             raise SettingsError(f"log_level: {self.log_level!r} is not one of {LOG_LEVELS}")
+
+    @property
+    def secured(self) -> bool:
+        """Credentials are configured: every plane asks for its own."""
+        return bool(
+            self.client_credentials
+            or self.admin_credentials
+            or self.admin_tokens
+            or self.peer_credential
+        )
+
+    def _check_credentials(self) -> None:
+        for key in ("client_credentials", "admin_credentials"):
+            for credential in getattr(self, key):
+                _check_basic(key, credential)
+        if self.peer_credential:
+            _check_basic("peer_credential", self.peer_credential)
+        for token in self.admin_tokens:
+            if not token or any(c.isspace() for c in token):
+                raise SettingsError("admin_tokens: a token must be non-empty, without spaces")
+        if self.secured and self.peers and not self.peer_credential:
+            raise SettingsError(
+                "peer_credential: needed to replicate to peers once credentials are configured"
+            )
+        missing = self.missing_credentials()
+        if missing and not is_loopback(self.host) and not self.insecure_public_bind:
+            raise SettingsError(
+                f"host: {self.host!r} is not a loopback address, and {' and '.join(missing)} "
+                "are not set; configure them, bind to 127.0.0.1, or set "
+                "insecure_public_bind = true to serve anyone who can reach it"
+            )
+
+    def missing_credentials(self) -> list[str]:
+        """The settings a plane in use lacks: it would be open (none at all) or closed."""
+        missing = []
+        if not self.client_credentials:
+            missing.append("client_credentials")
+        if not (self.admin_credentials or self.admin_tokens):
+            missing.append("admin_credentials (or admin_tokens)")
+        if self.peers and not self.peer_credential:
+            missing.append("peer_credential")
+        return missing
 
     @classmethod
     def load(
@@ -170,7 +230,7 @@ def _from_text(key: str, raw: str) -> Any:
     kind = _field_types().get(key)
     if kind is None:
         raise SettingsError(f"{key}: unknown setting ({ENV_PREFIX}{key.upper()})")
-    if key == "peers":
+    if kind is not str and typing.get_origin(kind) is tuple:
         return raw
     if kind is bool:
         lowered = raw.strip().lower()
@@ -178,6 +238,22 @@ def _from_text(key: str, raw: str) -> Any:
             raise SettingsError(f"{key}: {raw!r} is not a boolean")
         return lowered in ("true", "1", "yes")
     return raw
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # a name that may resolve anywhere
+
+
+def _check_basic(key: str, credential: str) -> None:
+    """`user:password`, as HTTP Basic carries it: the user without a colon (RFC 7617)."""
+    user, colon, password = credential.partition(":")
+    if not (user and colon and password):
+        raise SettingsError(f"{key}: each credential is `user:password`, both non-empty")
 
 
 def peer_url_problem(url: str) -> str | None:
@@ -193,12 +269,16 @@ def peer_url_problem(url: str) -> str | None:
         return "has an invalid port"
     if parts.query or parts.fragment:
         return "must not carry a query or fragment"
+    if parts.username is not None or parts.password is not None:
+        return "must not carry credentials (set peer_credential)"
     return None
 
 
 def _coerce(key: str, value: Any, kind: type) -> Any:
     if key == "peers":
-        return _url_list(key, value)
+        return tuple(u if u.endswith("/") else u + "/" for u in _text_list(key, value))
+    if typing.get_origin(kind) is tuple:
+        return _text_list(key, value)
     if isinstance(value, kind) and not (kind is int and isinstance(value, bool)):
         return value
     try:
@@ -208,16 +288,15 @@ def _coerce(key: str, value: Any, kind: type) -> Any:
             return int(value)
     except ValueError:
         pass
-    raise SettingsError(f"{key}: {value!r} is not a valid {kind.__name__}")
+    shown = "the value" if key in SECRETS else repr(value)  # secrets never reach a log
+    raise SettingsError(f"{key}: {shown} is not a valid {kind.__name__}")
 
 
-def _url_list(key: str, value: Any) -> tuple[str, ...]:
-    """A list of URLs from TOML, or comma-separated from the environment or command line.
-
-    Each gets a trailing slash, so `{url}apps/` is always the right path.
+def _text_list(key: str, value: Any) -> tuple[str, ...]:
+    """A list from TOML, or comma-separated from the environment or command line; blanks and
+    repeats dropped. (Peer URLs each get a trailing slash, so `{url}apps/` is the right path.)
     """
     items = value.split(",") if isinstance(value, str) else value
     if not isinstance(items, list | tuple) or not all(isinstance(u, str) for u in items):
-        raise SettingsError(f"{key}: {value!r} is not a list of URLs")
-    urls = (u.strip() for u in items)
-    return tuple(dict.fromkeys(u if u.endswith("/") else u + "/" for u in urls if u))
+        raise SettingsError(f"{key}: expected a list of strings")
+    return tuple(dict.fromkeys(item.strip() for item in items if item.strip()))

@@ -12,6 +12,8 @@ import sys
 import aiohttp
 import pytest
 
+from registry.store import schema
+
 POLL = 0.05
 TIMEOUT = 20.0
 
@@ -95,6 +97,15 @@ async def test_bad_settings_stop_start_up_naming_the_key():
     assert "port: 'eighty' is not a valid int" in stderr.decode()
 
 
+async def test_a_public_bind_without_credentials_stops_start_up():
+    """Exit 2, naming the settings that would make it safe, and the insecure way out."""
+    process = await start("serve", "--host", "0.0.0.0", env={"PATH": ""})
+    _, stderr = await asyncio.wait_for(process.communicate(), TIMEOUT)
+    assert 2 == process.returncode
+    for setting in ("client_credentials", "admin_credentials", "insecure_public_bind"):
+        assert setting in stderr.decode()
+
+
 async def test_a_store_from_a_newer_server_stops_start_up(tmp_path):
     """A database with a newer schema is refused, not misread: exit 2, saying why."""
 
@@ -110,4 +121,4 @@ async def test_a_store_from_a_newer_server_stops_start_up(tmp_path):
     process = await start("serve", "--port", str(free_port()))  # ./data: the test's directory
     _, stderr = await asyncio.wait_for(process.communicate(), TIMEOUT)
     assert 2 == process.returncode
-    assert "schema version 99, newer than this server's 1" in stderr.decode()
+    assert f"schema version 99, newer than this server's {schema.VERSION}" in stderr.decode()

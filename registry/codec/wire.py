@@ -10,6 +10,7 @@ statuses, strings that could not be written back as XML, ids that cannot appear 
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import functools
 import re
@@ -32,6 +33,13 @@ from registry.model import (
 # Marks a call as replication from a peer. An istr spares the case-insensitive header lookup
 # from folding the name on every request.
 REPLICATION_HEADER = istr("x-netflix-discovery-replication")
+
+
+def basic_authorization(credential: str) -> str:
+    """The `Authorization` header value that presents `user:password` as HTTP Basic."""
+    return "Basic " + base64.b64encode(credential.encode()).decode()
+
+
 # Ours: the registry index a response was made at, for long-polls and watches to resume from,
 # and the epoch that index belongs to (this node, this run).
 INDEX_HEADER = istr("X-Registry-Index")

@@ -9,9 +9,10 @@ from registry.appkeys import CLOCK, NOTES, REGISTRY, WRITER
 from registry.codec import wire
 from registry.core import Registry
 from registry.errors import BadInput, NotServed, StoreUnavailable, UnknownInstance
-from registry.http import params
+from registry.http import auth, params
 from registry.model import InstanceStatus
 from registry.overrides import Note
+from registry.store.sqlite import OverrideGone
 from rules import CHAIN, trace
 
 
@@ -29,7 +30,8 @@ async def set_status_override(request: web.Request) -> web.Response:
         last_dirty_ms=params.last_dirty_ms(query),
         is_replication=params.is_replication(request),
     )
-    request.app[NOTES].note(iid, Note(app, status, reason, now_ms, expires_ms))
+    note = Note(app, status, reason, now_ms, expires_ms, by=auth.principal(request))
+    request.app[NOTES].note(iid, note)
     writer = request.app[WRITER]
     if writer is not None:
         writer.override_noted(iid)
@@ -40,15 +42,23 @@ async def set_status_override(request: web.Request) -> web.Response:
 async def delete_status_override(request: web.Request) -> web.Response:
     """DELETE apps/{app}/{id}/status[?value=UP]; without a value the status becomes UNKNOWN."""
     status = params.optional_status(request) or InstanceStatus.UNKNOWN
-    request.app[REGISTRY].delete_status_override(
+    app, iid, now_ms = (
         params.app_name(request),
         request.match_info["id"],
-        now_ms=request.app[CLOCK].wall_ms(),
+        request.app[CLOCK].wall_ms(),
+    )
+    request.app[REGISTRY].delete_status_override(
+        app,
+        iid,
+        now_ms=now_ms,
         status=status,
         last_dirty_ms=params.last_dirty_ms(params.query_string(request)),
         is_replication=params.is_replication(request),
     )
-    request.app[NOTES].forget(request.match_info["id"])
+    request.app[NOTES].forget(iid)
+    writer, by = request.app[WRITER], auth.principal(request)
+    if writer is not None and by is not None:
+        writer.override_gone(OverrideGone(app, iid, now_ms, by=by))
     await _committed(request)
     return web.Response()
 
@@ -94,6 +104,7 @@ async def overrides(request: web.Request) -> web.Response:
                 "status": status.value,
                 "reason": note.reason if note is not None else None,
                 "setAt": note.set_ms if note is not None else None,
+                "setBy": note.by if note is not None else None,
                 "expiresAt": note.expires_ms if note is not None else None,
             }
         )
@@ -144,7 +155,12 @@ async def explain(request: web.Request) -> web.Response:
         else [{"rule": name, "answer": _value(answer)} for name, answer in trace(CHAIN, decision)],
         "override": None
         if note is None
-        else {"reason": note.reason, "setAt": note.set_ms, "expiresAt": note.expires_ms},
+        else {
+            "reason": note.reason,
+            "setAt": note.set_ms,
+            "setBy": note.by,
+            "expiresAt": note.expires_ms,
+        },
     }
     return web.Response(body=orjson.dumps(body), content_type="application/json")
 

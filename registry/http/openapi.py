@@ -13,6 +13,8 @@ from typing import Any
 import orjson
 from aiohttp import web
 
+from registry.http.auth import Plane, plane
+
 BASE = "/eureka"
 
 _ERROR = {
@@ -254,10 +256,71 @@ UNVERSIONED_PATHS: dict[str, dict[str, Any]] = {
             {"200": {"description": "Prometheus text.", "content": {"text/plain": {}}}},
         )
     },
+    "/": {
+        "get": _op(
+            "The status page, for people",
+            {"200": {"description": "An HTML page.", "content": {"text/html": {}}}},
+        )
+    },
+    "/page/{name}": {
+        "parameters": [_path("name", "status.js or status.css")],
+        "get": _op(
+            "The status page's script and style sheet",
+            {
+                "200": {
+                    "description": "The file.",
+                    "content": {"text/javascript": {}, "text/css": {}},
+                },
+                "404": _error("No such file."),
+            },
+        ),
+    },
 }
 
 
+_SECURITY: dict[Plane, list[dict[str, list[str]]]] = {
+    Plane.OPEN: [],
+    Plane.CLIENT: [{"basic": []}, {"bearer": []}],
+    Plane.ADMIN: [{"basic": []}, {"bearer": []}],
+    Plane.PEER: [{"basic": []}],
+}
+_SCHEMES = {
+    "basic": {
+        "type": "http",
+        "scheme": "basic",
+        "description": "A client, admin or peer credential (`client_credentials`, "
+        "`admin_credentials`, `peer_credential`), as the operation's x-plane requires.",
+    },
+    "bearer": {"type": "http", "scheme": "bearer", "description": "An admin token."},
+}
+
+
+def _secured(on: Plane, item: dict[str, Any]) -> dict[str, Any]:
+    """`item` with each operation's plane, security and refusals (registry/http/auth.py)."""
+    operations = {}
+    for method, operation in item.items():
+        if method == "parameters":
+            operations[method] = operation
+            continue
+        refusals = (
+            {}
+            if on is Plane.OPEN
+            else {
+                "401": _error("No credential, or one this node does not know."),
+                "403": _error("A credential of another plane."),
+            }
+        )
+        operations[method] = operation | {
+            "x-plane": on.name.lower(),
+            "security": _SECURITY[on],
+            "responses": operation["responses"] | refusals,
+        }
+    return operations
+
+
 def document() -> dict[str, Any]:
+    paths = {BASE + path: _secured(plane(path), item) for path, item in _paths().items()}
+    paths |= {path: _secured(plane(path), item) for path, item in UNVERSIONED_PATHS.items()}
     return {
         "openapi": "3.1.0",
         "info": {
@@ -265,11 +328,8 @@ def document() -> dict[str, Any]:
             "version": "1",
             "description": __doc__,
         },
-        "paths": {
-            **{BASE + path: item for path, item in _paths().items()},
-            **UNVERSIONED_PATHS,
-        },
-        "components": {"schemas": {"Error": _ERROR}},
+        "paths": paths,
+        "components": {"schemas": {"Error": _ERROR}, "securitySchemes": _SCHEMES},
     }
 
 

@@ -3,23 +3,29 @@ each path with and without a trailing slash, as JAX-RS clients expect (contract 
 
 from __future__ import annotations
 
+import functools
 import re
+from collections.abc import Callable
 
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
 from peers import batch_handler, digest
 from registry import metrics
-from registry.appkeys import CLOCK, REGISTRY
+from registry.appkeys import CLOCK, LIMITER, REGISTRY, REQUESTS, SETTINGS
 from registry.http import (
     admin_api,
     client_api,
     discovery_api,
     openapi,
     server_info,
+    status_page,
     watch_api,
 )
+from registry.http.auth import Credentials, guard, plane
 from registry.http.error_handling import json_errors, method_not_allowed, no_such_endpoint
+from registry.http.throttle import limited
+from registry.request_stats import timed
 
 PREFIXES = ("/eureka", "/eureka/v2", "/eureka/v1")
 
@@ -66,28 +72,61 @@ UNVERSIONED: dict[str, dict[str, Handler]] = {
     "/readyz": {"GET": server_info.readyz},
     "/openapi.json": {"GET": openapi.openapi},
     "/metrics": {"GET": metrics.metrics},
+    "/": {"GET": status_page.page},
+    "/page/{name}": {"GET": status_page.asset},
 }
 
 
+# Registry fetches: rate-limited per client when `fetch_rate_limit` is set (GET and HEAD).
+FETCHES = frozenset({"/apps", "/apps/{app:delta}", "/apps/{app}", "/vips/{vip}", "/svips/{vip}"})
+
+
 def add_routes(app: web.Application) -> None:
+    settings = app[SETTINGS]
+    wrap = _Wrapping(app, Credentials(settings) if settings.secured else None)
     table = routes(app)
     for prefix in PREFIXES:
         for path, methods in table.items():
             # aiohttp's default segment pattern refuses braces; ids may contain them.
             pattern = prefix + re.sub(r"\{(\w+)\}", r"{\1:[^/]+}", path)
             for variant in (pattern, pattern + "/"):
-                _add(app, variant, methods)
+                _add(app, variant, methods, functools.partial(wrap, "/eureka" + path, path))
     for path, methods in UNVERSIONED.items():
         for variant in (path, path + "/"):
-            _add(app, variant, methods)
+            _add(app, variant, methods, functools.partial(wrap, path, path))
     app.router.add_route("*", "/{tail:.*}", json_errors(no_such_endpoint, app[REGISTRY]))
 
 
-def _add(app: web.Application, path: str, methods: dict[str, Handler]) -> None:
+class _Wrapping:
+    """What every route's handler is wrapped in, innermost first: errors as JSON, the fetch
+    rate limit, the plane's guard, and the request metrics."""
+
+    def __init__(self, app: web.Application, credentials: Credentials | None) -> None:
+        self._app = app
+        self._credentials = credentials
+
+    def __call__(self, endpoint: str, path: str, handler: Handler, method: str) -> Handler:
+        """`handler` for `method` on `path` (as the tables name it), counted as `endpoint`."""
+        app = self._app
+        answered = json_errors(handler, app[REGISTRY])
+        limiter = app[LIMITER]
+        if limiter is not None and path in FETCHES and method in ("GET", "HEAD"):
+            answered = limited(answered, limiter, app[CLOCK])
+        if self._credentials is not None:  # no credentials, no guard: it costs nothing
+            answered = guard(answered, plane(path), self._credentials)
+        return timed(answered, app[REQUESTS], endpoint, method)
+
+
+def _add(
+    app: web.Application,
+    path: str,
+    methods: dict[str, Handler],
+    wrap: Callable[[Handler, str], Handler],
+) -> None:
     """One resource: its handlers (GET answering HEAD too) and a JSON 405 for other methods."""
     if "GET" in methods:
         methods = {**methods, "HEAD": methods["GET"]}
     resource = app.router.add_resource(path)
     for method, handler in methods.items():
-        resource.add_route(method, json_errors(handler, app[REGISTRY]))
+        resource.add_route(method, wrap(handler, method))
     resource.add_route("*", json_errors(method_not_allowed(list(methods)), app[REGISTRY]))

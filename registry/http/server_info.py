@@ -30,7 +30,8 @@ async def status(request: web.Request) -> web.Response:
     total, used = await asyncio.to_thread(_memory)
     registry = request.app[REGISTRY]
     uptime = request.app[CLOCK].monotonic() - request.app[STARTED_AT]
-    peers = request.app[CLUSTER].status()
+    health = node_health(request.app)
+    peers = health["peers"]
     reachable = [p["url"] for p in peers if p["reachable"]]
     reads = request.app[READS]
     info: dict[str, Any] = {
@@ -53,16 +54,23 @@ async def status(request: web.Request) -> web.Response:
                 f"{p['url']}," for p in peers if p["url"] not in reachable
             ),
         },
-        "peers": peers,
-        # Why eviction runs or is held, with every input of the decision (contract 8).
-        "selfPreservation": request.app[PRESERVATION].status(
-            len(registry), request.app[CLOCK].monotonic()
-        ),
-        "store": _store_status(request.app),
+        **health,
     }
     fmt = response_format(request)
     body = orjson.dumps(info) if fmt is Format.JSON else _xml(info)
     return payload(request, fmt, body)
+
+
+def node_health(app: web.Application) -> dict[str, Any]:
+    """Each peer's health, self-preservation's verdict and the store's state: the part of
+    `GET status` the status page shows too."""
+    registry = app[REGISTRY]
+    return {
+        "peers": app[CLUSTER].status(),
+        # Why eviction runs or is held, with every input of the decision (contract 8).
+        "selfPreservation": app[PRESERVATION].status(len(registry), app[CLOCK].monotonic()),
+        "store": _store_status(app),
+    }
 
 
 async def healthz(request: web.Request) -> web.Response:

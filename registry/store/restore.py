@@ -62,7 +62,7 @@ def restore_missing(
     ]
     registry.restore({o.instance_id: o.status for o in missing}, 0)
     for o in missing:
-        notes.note(o.instance_id, Note(o.app, o.status, o.reason, o.set_ms, o.expires_ms))
+        notes.note(o.instance_id, Note(o.app, o.status, o.reason, o.set_ms, o.expires_ms, o.set_by))
     count = 0
     for stored in snapshot.instances:
         instance = stored.instance

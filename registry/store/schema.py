@@ -7,7 +7,7 @@ written by a newer server and is refused rather than misread.
 
 from __future__ import annotations
 
-VERSION = 1
+VERSION = 2
 
 MIGRATIONS: dict[int, tuple[str, ...]] = {
     1: (
@@ -44,5 +44,10 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
             expires_ms INTEGER
         )""",
         "CREATE INDEX override_history_at ON override_history (at_ms)",
+    ),
+    2: (
+        # Who: the admin's user name, once credentials are configured.
+        "ALTER TABLE overrides ADD COLUMN set_by TEXT",
+        "ALTER TABLE override_history ADD COLUMN actor TEXT",
     ),
 }

@@ -48,6 +48,7 @@ class StoredOverride:
     reason: str | None
     set_ms: int
     expires_ms: int | None
+    set_by: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +59,7 @@ class OverrideGone:
     instance_id: str
     at_ms: int
     action: str = "deleted"
+    by: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -142,8 +144,8 @@ class Store:
                 continue
             instances.append(StoredInstance(instance, registration_ms, service_up_ms))
         overrides = []
-        for app, iid, status, reason, set_ms, expires_ms in await self._db.execute_fetchall(
-            "SELECT app, id, status, reason, set_ms, expires_ms FROM overrides"
+        for app, iid, status, reason, set_ms, expires_ms, by in await self._db.execute_fetchall(
+            "SELECT app, id, status, reason, set_ms, expires_ms, set_by FROM overrides"
         ):
             try:
                 known = InstanceStatus(status)
@@ -152,7 +154,7 @@ class Store:
                     "store_row_unreadable", table="overrides", app=app, id=iid, cause=str(exc)
                 )
                 continue
-            overrides.append(StoredOverride(app, iid, known, reason, set_ms, expires_ms))
+            overrides.append(StoredOverride(app, iid, known, reason, set_ms, expires_ms, by))
         rows = await self._db.execute_fetchall("SELECT key, value FROM meta")
         meta: dict[str, str] = {key: value for key, value in rows}
         return Snapshot(instances, overrides, int(meta.get("index", 0)), meta.get("epoch"))
@@ -160,11 +162,11 @@ class Store:
     async def history(self, *, since_ms: int = 0) -> list[dict[str, object]]:
         """The override audit trail from `since_ms`, oldest first."""
         rows = await self._db.execute_fetchall(
-            "SELECT at_ms, action, app, id, status, reason, expires_ms FROM override_history "
-            "WHERE at_ms >= ? ORDER BY seq",
+            "SELECT at_ms, action, app, id, status, reason, expires_ms, actor "
+            "FROM override_history WHERE at_ms >= ? ORDER BY seq",
             (since_ms,),
         )
-        keys = ("at_ms", "action", "app", "instance_id", "status", "reason", "expires_ms")
+        keys = ("at_ms", "action", "app", "instance_id", "status", "reason", "expires_ms", "by")
         return [dict(zip(keys, row, strict=True)) for row in rows]
 
     # Writing -------------------------------------------------------------------------------
@@ -198,7 +200,9 @@ class Store:
             )
             for override in batch.overrides_set:
                 await db.execute(
-                    "INSERT OR REPLACE INTO overrides VALUES (?, ?, ?, ?, ?, ?)",
+                    "INSERT OR REPLACE INTO overrides "
+                    "(id, app, status, reason, set_ms, expires_ms, set_by) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?)",
                     (
                         override.instance_id,
                         override.app,
@@ -206,14 +210,16 @@ class Store:
                         override.reason,
                         override.set_ms,
                         override.expires_ms,
+                        override.set_by,
                     ),
                 )
                 await _record(db, override.set_ms, "set", override)
             for gone in batch.overrides_gone:
                 await db.execute("DELETE FROM overrides WHERE id = ?", (gone.instance_id,))
                 await db.execute(
-                    "INSERT INTO override_history (at_ms, action, app, id) VALUES (?, ?, ?, ?)",
-                    (gone.at_ms, gone.action, gone.app, gone.instance_id),
+                    "INSERT INTO override_history (at_ms, action, app, id, actor) "
+                    "VALUES (?, ?, ?, ?, ?)",
+                    (gone.at_ms, gone.action, gone.app, gone.instance_id, gone.by),
                 )
             await db.executemany(
                 "INSERT OR REPLACE INTO meta VALUES (?, ?)",
@@ -258,9 +264,10 @@ def _rows(leases: list[LeaseRecord]) -> bytes:
 
 async def _record(db: aiosqlite.Connection, at_ms: int, action: str, o: StoredOverride) -> None:
     await db.execute(
-        "INSERT INTO override_history (at_ms, action, app, id, status, reason, expires_ms) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?)",
-        (at_ms, action, o.app, o.instance_id, o.status.value, o.reason, o.expires_ms),
+        "INSERT INTO override_history "
+        "(at_ms, action, app, id, status, reason, expires_ms, actor) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        (at_ms, action, o.app, o.instance_id, o.status.value, o.reason, o.expires_ms, o.set_by),
     )
 
 
@@ -291,7 +298,8 @@ async def _migrate(db: aiosqlite.Connection, path: Path) -> None:
         except BaseException:
             await db.execute("ROLLBACK")
             raise
-        log.info("store_migrated", path=str(path), version=step)
+    if version < schema.VERSION:
+        log.info("store_migrated", path=str(path), from_version=version, version=schema.VERSION)
 
 
 def _move_aside(path: Path, aside: Path) -> None:

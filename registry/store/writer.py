@@ -153,7 +153,7 @@ class StoreWriter:
         self._overrides.pop(instance_id, None)
 
     def override_gone(self, gone: OverrideGone) -> None:
-        """Record why an override went (`expired`) rather than the plain `deleted`."""
+        """Record why an override went (`expired`) or who deleted it, beyond a plain `deleted`."""
         self._overrides[gone.instance_id] = gone
 
     async def history(self, *, since_ms: int = 0) -> list[dict[str, object]]:
@@ -278,7 +278,9 @@ class StoreWriter:
         note = self._notes.of(iid, status)
         if note is None:
             return StoredOverride(self._app_of(iid), iid, status, None, now_ms, None)
-        return StoredOverride(note.app, iid, status, note.reason, note.set_ms, note.expires_ms)
+        return StoredOverride(
+            note.app, iid, status, note.reason, note.set_ms, note.expires_ms, note.by
+        )
 
     def _app_of(self, instance_id: str) -> str:
         try:

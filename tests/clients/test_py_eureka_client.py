@@ -7,8 +7,10 @@ every second, so the whole story takes seconds. It sends `Accept: */*`, so it re
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import sys
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -64,6 +66,27 @@ def renewals(registry: Registry) -> int:
     return registry.get(APP, IID, now_ms=SystemClock().wall_ms()).last_renewal_ms
 
 
+@contextlib.asynccontextmanager
+async def running_agent(url: str) -> AsyncIterator[Agent]:
+    """The client in its own process, against `url`, heartbeating every second."""
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        str(AGENT),
+        url,
+        APP.lower(),
+        "9999",
+        "1",
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+    )
+    try:
+        yield Agent(process)
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+
+
 @pytest.fixture
 def blockbuster():
     """The client process is outside this loop; the server half is covered elsewhere."""
@@ -76,18 +99,7 @@ async def test_py_eureka_client_lifecycle(aiohttp_client):
     client = await aiohttp_client(server)
     registry = client.app[REGISTRY]
     url = f"http://127.0.0.1:{server.port}/eureka/"
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        str(AGENT),
-        url,
-        APP.lower(),
-        "9999",
-        "1",
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-    )
-    agent = Agent(process)
-    try:
+    async with running_agent(url) as agent:
         assert "started" == (await agent.answer())["event"]
         assert "UP" == status_in(registry)
 
@@ -122,8 +134,21 @@ async def test_py_eureka_client_lifecycle(aiohttp_client):
         # Stopping the client cancels its instance.
         assert "stopped" == (await agent.ask("stop"))["event"]
         assert None is status_in(registry)
-        assert 0 == await asyncio.wait_for(process.wait(), TIMEOUT)
-    finally:
-        if process.returncode is None:
-            process.kill()
-            await process.wait()
+        assert 0 == await asyncio.wait_for(agent.process.wait(), TIMEOUT)
+
+
+async def test_py_eureka_client_with_credentials_in_its_url(aiohttp_client):
+    """Stock clients send Basic credentials from `http://user:pass@host/eureka/` URLs."""
+    settings = Settings(client_credentials=("svc:s3cret",), admin_credentials=("ops:adm1n",))
+    server = TestServer(create_app(settings), host="127.0.0.1")
+    client = await aiohttp_client(server)
+    registry = client.app[REGISTRY]
+    url = f"http://svc:s3cret@127.0.0.1:{server.port}/eureka/"
+    async with running_agent(url) as agent:
+        assert "started" == (await agent.answer())["event"]
+        assert "UP" == status_in(registry)
+        first = renewals(registry)
+        await wait_until(lambda: renewals(registry) > first, "a heartbeat arrives")
+        assert {APP: {IID: "UP"}} == (await agent.ask("view"))["applications"]
+        assert "stopped" == (await agent.ask("stop"))["event"]
+        assert None is status_in(registry)

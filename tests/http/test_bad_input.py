@@ -454,7 +454,9 @@ class TestQueryParameters:
 
 
 class TestRoutesAndMethods:
-    @pytest.mark.parametrize("path", ["/eureka/nothing", "/eureka/v2/apps/ORDERS/i-1/nothing", "/"])
+    @pytest.mark.parametrize(
+        "path", ["/eureka/nothing", "/eureka/v2/apps/ORDERS/i-1/nothing", "/x"]
+    )
     async def test_unknown_route_is_a_json_404(self, client, before, path):
         """A path no route serves is a 404 with the JSON error body."""
         await assert_error(await client.get(path), 404, "not_found")

@@ -54,3 +54,25 @@ async def test_each_peer_has_its_replication_figures(aiohttp_client, clock):
     )
     m = await scrape(client)
     assert 0 == m[("registry_replication_sent_total", (("peer", "http://127.0.0.1:9/eureka/"),))]
+
+
+def requests(metrics, endpoint: str, method: str, status: str, suffix: str = "count") -> float:
+    labels = (("endpoint", endpoint), ("method", method), ("status", status))
+    return metrics.get((f"registry_http_request_duration_seconds_{suffix}", labels), 0.0)
+
+
+async def test_requests_are_counted_and_timed_by_endpoint_method_and_status(client, clock):
+    heartbeat = "/eureka/apps/{app}/{id}"
+    await register(client, iid="a")
+    for _ in range(3):
+        assert 200 == (await client.put("/eureka/apps/ORDERS/a")).status
+    assert 404 == (await client.put("/eureka/v2/apps/ORDERS/nobody")).status
+    await client.get("/healthz")
+    m = await scrape(client)
+    assert 3 == requests(m, heartbeat, "PUT", "200")  # both prefixes under one endpoint
+    assert 1 == requests(m, heartbeat, "PUT", "404")
+    assert 1 == requests(m, "/eureka/apps/{app}", "POST", "204")
+    assert 1 == requests(m, "/healthz", "GET", "200")
+    assert 0 < requests(m, heartbeat, "PUT", "200", "sum")
+    labels = (("endpoint", heartbeat), ("le", "+Inf"), ("method", "PUT"), ("status", "200"))
+    assert 3 == m[("registry_http_request_duration_seconds_bucket", labels)]

@@ -35,3 +35,20 @@ def test_every_route_and_method_is_described(client):
     }
     assert expected - present == set(), "routes the document does not describe"
     assert present - expected == set(), "operations the server does not have"
+
+
+async def test_each_operation_names_its_plane_and_security(client):
+    paths = (await (await client.get("/openapi.json")).json())["paths"]
+    assert "admin" == paths["/eureka/apps/{app}/{id}/status"]["put"]["x-plane"]
+    assert "admin" == paths["/eureka/serverinfo/statusoverrides"]["get"]["x-plane"]
+    assert "peer" == paths["/eureka/peerreplication/batch"]["post"]["x-plane"]
+    assert [{"basic": []}] == paths["/eureka/peerreplication/batch"]["post"]["security"]
+    heartbeat = paths["/eureka/apps/{app}/{id}"]["put"]
+    assert ("client", {"401", "403"}) == (
+        heartbeat["x-plane"],
+        {"401", "403"} & set(heartbeat["responses"]),
+    )
+    assert ("open", []) == (
+        paths["/healthz"]["get"]["x-plane"],
+        paths["/healthz"]["get"]["security"],
+    )

@@ -36,6 +36,7 @@ class TestReasonAndExpiry:
                 "status": "OUT_OF_SERVICE",
                 "reason": "disk replacement",
                 "setAt": now,
+                "setBy": None,  # no credentials configured: nobody to name
                 "expiresAt": now + 8 * HOUR_MS,
             }
         ] == await overrides(client)

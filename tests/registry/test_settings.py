@@ -65,3 +65,66 @@ def test_unreadable_toml_names_the_file(tmp_path: Path):
     config.write_text("port = \n")
     with pytest.raises(SettingsError, match=str(config)):
         Settings.load(config)
+
+
+SECURED = {
+    "client_credentials": ("svc:pw",),
+    "admin_credentials": ("ops:pw",),
+}
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "::", "10.0.0.5", "registry.internal"])
+def test_a_public_bind_needs_credentials_or_the_insecure_setting(host: str):
+    with pytest.raises(SettingsError, match="client_credentials and admin_credentials"):
+        Settings(host=host)
+    with pytest.raises(SettingsError, match="admin_credentials"):
+        Settings(host=host, client_credentials=("svc:pw",))
+    assert Settings(host=host, **SECURED).secured
+    assert not Settings(host=host, insecure_public_bind=True).secured
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "127.0.0.2", "::1", "localhost"])
+def test_loopback_needs_no_credentials(host: str):
+    assert not Settings(host=host).secured
+
+
+def test_secured_peers_need_the_peer_credential():
+    peers = ("http://10.0.0.2:8761/eureka/",)
+    with pytest.raises(SettingsError, match="peer_credential: needed"):
+        Settings(peers=peers, **SECURED)
+    with pytest.raises(SettingsError, match="peer_credential"):
+        Settings(host="0.0.0.0", peers=peers, insecure_public_bind=False, **SECURED)
+    Settings(peers=peers, peer_credential="cluster:pw", **SECURED)
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"client_credentials": ("nopassword",)}, "client_credentials: each credential"),
+        ({"admin_credentials": (":pw",)}, "admin_credentials: each credential"),
+        ({"peer_credential": "user:"}, "peer_credential: each credential"),
+        ({"admin_tokens": ("two words",)}, "admin_tokens: a token"),
+        ({"peers": ("http://u:secret@10.0.0.2/eureka/",)}, "must not carry credentials"),
+    ],
+)
+def test_malformed_credentials_are_refused_without_showing_them(values, message: str):
+    with pytest.raises(SettingsError, match=message) as refused:
+        Settings(**values)
+    assert "secret" not in str(refused.value) and "nopassword" not in str(refused.value)
+
+
+def test_credentials_come_from_the_environment_as_lists():
+    settings = Settings.load(
+        None,
+        {
+            "REGISTRY_CLIENT_CREDENTIALS": "a:1, b:2",
+            "REGISTRY_ADMIN_TOKENS": "t1",
+            "REGISTRY_PEER_CREDENTIAL": "p:3",
+        },
+    )
+    assert (("a:1", "b:2"), ("t1",), "p:3") == (
+        settings.client_credentials,
+        settings.admin_tokens,
+        settings.peer_credential,
+    )
+    assert "a:1" not in repr(settings) and "p:3" not in repr(settings)

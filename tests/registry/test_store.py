@@ -70,6 +70,25 @@ class TestOpen:
         assert (7, "e1") == ((snapshot := await store.load()).index, snapshot.epoch)
         await store.close()
 
+    async def test_a_version_1_database_keeps_its_overrides_and_learns_who(self, path):
+        """Version 2 adds who set an override and who acted in the history."""
+        await asyncio.to_thread(path.parent.mkdir, parents=True)
+        await sql(
+            path,
+            "CREATE TABLE schema_version (version INTEGER NOT NULL)",
+            "INSERT INTO schema_version VALUES (1)",
+            *schema.MIGRATIONS[1],
+            "INSERT INTO overrides VALUES ('i-1', 'ORDERS', 'OUT_OF_SERVICE', 'deploy', 5, NULL)",
+        )
+        store = await Store.open(path, now_ms=T0)
+        (kept,) = (await store.load()).overrides
+        assert ("i-1", "deploy", None) == (kept.instance_id, kept.reason, kept.set_by)
+        await store.write(Batch(overrides_set=[dataclasses.replace(kept, set_by="ops")]))
+        (again,) = (await store.load()).overrides
+        assert "ops" == again.set_by
+        assert "ops" == (await store.history())[-1]["by"]
+        await store.close()
+
     async def test_a_newer_schema_is_refused(self, path):
         await asyncio.to_thread(path.parent.mkdir, parents=True)
         await sql(
@@ -77,7 +96,7 @@ class TestOpen:
             "CREATE TABLE schema_version (version INTEGER NOT NULL)",
             "INSERT INTO schema_version VALUES (99)",
         )
-        with pytest.raises(NewerSchema, match="schema version 99, newer than this server's 1"):
+        with pytest.raises(NewerSchema, match="schema version 99, newer than this server's 2"):
             await Store.open(path, now_ms=T0)
 
     async def test_a_corrupt_file_is_moved_aside_and_the_store_starts_empty(self, path):
@@ -168,7 +187,8 @@ class TestUnreadableRows:
         await sql(
             path,
             "INSERT INTO instances VALUES ('ORDERS', 'bad', '{\"x\": 1}', 0, 0)",
-            "INSERT INTO overrides VALUES ('bad', 'ORDERS', 'SIDEWAYS', NULL, 0, NULL)",
+            "INSERT INTO overrides (id, app, status, set_ms) "
+            "VALUES ('bad', 'ORDERS', 'SIDEWAYS', 0)",
         )
         with capture_logs() as logs:
             snapshot = await store.load()

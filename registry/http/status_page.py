@@ -1,0 +1,220 @@
+"""GET /: the status page, for people. Every instance with its status, override and lease, and
+this node's health: self-preservation, reads, the store and the peers.
+
+The page is rendered here, every value from the registry escaped (instance ids, host names and
+override reasons are other people's input). A small script (page/status.js) filters the rows,
+follows the `watch` stream to update them live, and gives a viewer who may administer buttons
+to take an instance out of service and back. The Content-Security-Policy lets only this
+server's own files run or style the page, so nothing inline would run: the script reads what
+it needs from data- attributes.
+"""
+
+from __future__ import annotations
+
+import string
+from datetime import UTC, datetime
+from html import escape
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+from registry.appkeys import CLOCK, NOTES, READS, REGISTRY
+from registry.http import auth, server_info
+from registry.http.error_handling import no_such_endpoint
+from registry.model import InstanceStatus, Lease
+from registry.overrides import Note
+from registry.tasks import Pacer
+
+_FILES = Path(__file__).parent / "page"
+_TEMPLATE = string.Template((_FILES / "status.html").read_text(encoding="utf-8"))
+# What GET /page/{name} serves: read once, at import.
+_ASSETS = {
+    name: ((_FILES / name).read_bytes(), content_type)
+    for name, content_type in (("status.js", "text/javascript"), ("status.css", "text/css"))
+}
+
+_HEADERS = {
+    "Content-Security-Policy": "default-src 'none'; script-src 'self'; style-src 'self'; "
+    "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-store",  # the page is a moment's state
+}
+_HEALTH = {  # a peer's `reachable`: None until the first call to it ends
+    True: '<span class="health ok">reachable</span>',
+    False: '<span class="health bad">unreachable</span>',
+    None: '<span class="health">not called yet</span>',
+}
+_STATUS_OPTIONS = "".join(f'<option value="{s.value}">{s.value}</option>' for s in InstanceStatus)
+
+
+async def page(request: web.Request) -> web.Response:
+    """GET /: the status page (HTML)."""
+    registry, notes = request.app[REGISTRY], request.app[NOTES]
+    now_ms = request.app[CLOCK].wall_ms()
+    admin = auth.may_administer(request)
+    leases = sorted(
+        (lease for _, leases in registry.applications() for lease in leases),
+        key=lambda lease: (lease.instance.app, lease.instance.instance_id),
+    )
+    fields = {
+        "index": registry.index,  # what the page shows, at least: the script watches from here
+        "epoch": escape(registry.epoch),
+        "viewer": _viewer(request),
+        "summary": _summary(request.app, now_ms),
+        "status_options": _STATUS_OPTIONS,
+        "actions_head": "<th>Actions</th>" if admin else "",
+    }
+    # A large registry's rows take a while (10 000: about 40 ms): let heartbeats in meanwhile.
+    rows, pacer = [], Pacer()
+    for lease in leases:
+        note = notes.of(lease.instance.instance_id, lease.instance.overridden_status)
+        rows.append(_row(lease, note, now_ms=now_ms, admin=admin))
+        await pacer.pace()
+    empty = (
+        f'<tr class="empty"><td colspan="{7 if admin else 6}">No instances registered.</td></tr>'
+    )
+    html = _TEMPLATE.substitute(fields, rows="".join(rows) or empty)
+    return web.Response(text=html, content_type="text/html", headers=_HEADERS)
+
+
+async def asset(request: web.Request) -> web.Response:
+    """GET /page/{name}: the page's script and style sheet."""
+    found = _ASSETS.get(request.match_info["name"])
+    if found is None:
+        return await no_such_endpoint(request)
+    body, content_type = found
+    return web.Response(
+        body=body,
+        content_type=content_type,
+        charset="utf-8",
+        headers={"X-Content-Type-Options": "nosniff", "Cache-Control": "no-cache"},
+    )
+
+
+def _viewer(request: web.Request) -> str:
+    user = auth.principal(request)
+    if user is not None:
+        role = "may administer" if auth.may_administer(request) else "read only"
+        return f"Signed in as <strong>{escape(user)}</strong> ({role})"
+    return "Open: no credentials configured (loopback only)"
+
+
+def _row(lease: Lease, note: Note | None, *, now_ms: int, admin: bool) -> str:
+    i = lease.instance
+    port = i.port.number if i.port.enabled else i.secure_port.number
+    left = (lease.last_renewal_ms + lease.duration_ms - now_ms) // 1000
+    override = ""
+    if i.overridden_status is not InstanceStatus.UNKNOWN:
+        override = _badge(i.overridden_status) + _note(note)
+    actions = ""
+    if admin:  # both buttons; the style sheet shows the one that fits the row's override
+        actions = (
+            '<td><button type="button" data-action="take-out">Take out of service</button>'
+            '<button type="button" data-action="put-back">Put back in service</button></td>'
+        )
+    return (
+        f'<tr data-app="{escape(i.app)}" data-id="{escape(i.instance_id)}"'
+        f' data-status="{i.status.value}" data-override="{i.overridden_status.value}">'
+        f"<td>{escape(i.app)}</td>"
+        f'<td class="id">{escape(i.instance_id)}</td>'
+        f'<td>{escape(i.host_name)}<div class="sub">{escape(i.ip_addr)}:{port}</div></td>'
+        f'<td class="current">{_badge(i.status)}</td>'
+        f'<td class="override">{override}</td>'
+        f'<td class="lease">{"expired" if lease.is_expired(now_ms) else f"{left} s"}</td>'
+        f"{actions}</tr>"
+    )
+
+
+def _badge(status: InstanceStatus) -> str:
+    return f'<span class="status s-{status.value}">{status.value}</span>'
+
+
+def _note(note: Note | None) -> str:
+    """Why, who and when of an override: what the admin said when setting it."""
+    if note is None:
+        return ""
+    said = f'<div class="reason">{escape(note.reason)}</div>' if note.reason else ""
+    by = f" by {escape(note.by)}" if note.by else ""
+    until = f", until {_time(note.expires_ms)}" if note.expires_ms is not None else ""
+    return f'{said}<div class="sub">set{by} {_time(note.set_ms)}{until}</div>'
+
+
+def _time(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _summary(app: web.Application, now_ms: int) -> str:
+    """The node's health, as cards: registry, reads, self-preservation, store; then the peers."""
+    registry, reads = app[REGISTRY], app[READS]
+    health = server_info.node_health(app)
+    apps = sum(1 for _ in registry.applications())
+    cards = [
+        _card(
+            "Registry",
+            "ok",
+            f"{_count(len(registry), 'instance')} in {_count(apps, 'application')}",
+            f"index {registry.index} · rendered {_time(now_ms)}",
+        ),
+        _card(
+            "Reads",
+            "ok" if reads.is_open else "bad",
+            "served" if reads.is_open else "not served",
+            escape(reads.reason),
+        ),
+        _preservation(health["selfPreservation"]),
+        _store(health["store"]),
+    ]
+    return f'<div class="cards">{"".join(cards)}</div>{_peers(health["peers"])}'
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
+def _card(title: str, state: str, headline: str, detail: str) -> str:
+    """One fact about the node; `state` (ok, warn, bad) colours it. Callers escape."""
+    return (
+        f'<div class="card {state}"><h3>{title}</h3><p class="headline">{headline}</p>'
+        f'<p class="sub">{detail}</p></div>'
+    )
+
+
+def _preservation(sp: dict[str, Any]) -> str:
+    if not sp["enabled"]:
+        headline, state = "off: expired leases are evicted", "ok"
+    elif sp["evicting"]:
+        headline, state = "evicting expired leases", "ok"
+    else:
+        headline, state = "eviction held", "warn"
+    detail = escape(str(sp["reason"]))
+    counted = sp["renews-last-minute"]  # None during the first minute
+    detail += f"<br>renewals last minute {'not counted yet' if counted is None else counted}"
+    detail += f", threshold {sp['renews-threshold']}"
+    if sp["held-for-seconds"] is not None:
+        detail += f", held for {sp['held-for-seconds']} s"
+    return _card("Self-preservation", state, headline, detail)
+
+
+def _store(store: dict[str, Any]) -> str:
+    if not store["enabled"]:
+        return _card("Store", "ok", "off", "state is kept in memory only (store = false)")
+    if store["degraded"]:
+        return _card("Store", "bad", "degraded", escape(str(store["last-error"])))
+    return _card("Store", "ok", "writing", f"{escape(store['path'])} · {store['pending']} pending")
+
+
+def _peers(peers: list[dict[str, Any]]) -> str:
+    if not peers:
+        return '<p class="sub">No peers: this node runs alone.</p>'
+    rows = "".join(
+        f"<tr><td>{escape(p['url'])}</td><td>{_HEALTH[p['reachable']]}</td>"
+        f"<td>{p['queueDepth']}</td><td>{p['lagMs']} ms</td>"
+        f"<td>{escape(p['lastError'])}</td></tr>"
+        for p in peers
+    )
+    return (
+        '<table class="peers"><thead><tr><th>Peer</th><th>Health</th><th>Queue</th>'
+        f"<th>Lag</th><th>Last error</th></tr></thead><tbody>{rows}</tbody></table>"
+    )

@@ -1,0 +1,222 @@
+"""Authentication by plane: who may call what once credentials are configured (issue 7, item 1).
+
+The endpoint lists below are written out by hand, not read from the route table, so that a route
+moved to the wrong plane fails here.
+"""
+
+from __future__ import annotations
+
+import base64
+
+import orjson
+import pytest
+from aiohttp.test_utils import TestClient
+from structlog.testing import capture_logs
+
+from registry import Settings
+from registry.http.auth import Credentials, Role
+from registry.model import InstanceStatus
+from tests.helpers import instance_doc, registry_of
+
+CLIENT_PW, ADMIN_PW, PEER_PW, TOKEN = "client-pw-1", "admin-pw-2", "peer-pw-3", "token-4"
+SECURED = Settings(
+    client_credentials=(f"svc:{CLIENT_PW}",),
+    admin_credentials=(f"ops:{ADMIN_PW}",),
+    admin_tokens=(TOKEN,),
+    peer_credential=f"peer:{PEER_PW}",
+)
+
+
+def basic(user: str, password: str) -> dict[str, str]:
+    return {"Authorization": "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()}
+
+
+AS_CLIENT = basic("svc", CLIENT_PW)
+AS_ADMIN = basic("ops", ADMIN_PW)
+AS_BEARER = {"Authorization": f"Bearer {TOKEN}"}
+AS_PEER = basic("peer", PEER_PW)
+NOBODY: dict[str, str] = {}
+WRONG = [basic("svc", "guess"), basic("ops", CLIENT_PW), {"Authorization": "Bearer guess"}]
+GARBLED = [{"Authorization": "Basic !!!"}, {"Authorization": "Digest x"}, {"Authorization": ""}]
+REPLICATION = {"x-netflix-discovery-replication": "true"}
+BODY = orjson.dumps({"instance": instance_doc("ORDERS", "i-1")})
+
+ADMIN_ENDPOINTS = [
+    ("PUT", "/eureka/apps/ORDERS/i-1/status?value=OUT_OF_SERVICE"),
+    ("DELETE", "/eureka/apps/ORDERS/i-1/status"),
+    ("PUT", "/eureka/v2/apps/ORDERS/i-1/metadata?zone=b"),
+    ("GET", "/eureka/apps/ORDERS/i-1/status/explain"),
+    ("GET", "/eureka/overrides"),
+    ("GET", "/eureka/overrides/history"),
+    ("GET", "/eureka/serverinfo/statusoverrides"),
+]
+PEER_ENDPOINTS = [
+    ("POST", "/eureka/peerreplication/batch"),
+    ("GET", "/eureka/v2/peerreplication/digest"),
+]
+CLIENT_ENDPOINTS = [
+    ("POST", "/eureka/apps/ORDERS"),
+    ("PUT", "/eureka/apps/ORDERS/i-1"),
+    ("GET", "/eureka/apps"),
+    ("GET", "/eureka/apps/delta"),
+    ("GET", "/eureka/v2/apps/ORDERS"),
+    ("GET", "/eureka/apps/ORDERS/i-1"),
+    ("GET", "/eureka/instances/i-1"),
+    ("GET", "/eureka/vips/orders"),
+    ("GET", "/eureka/svips/orders"),
+    ("GET", "/eureka/status"),
+    ("GET", "/metrics"),
+    ("DELETE", "/eureka/apps/ORDERS/i-1"),
+]
+OPEN_ENDPOINTS = [("GET", "/healthz"), ("GET", "/readyz"), ("GET", "/openapi.json")]
+
+
+@pytest.fixture
+def settings() -> Settings:
+    return SECURED
+
+
+@pytest.fixture
+async def client(client: TestClient) -> TestClient:
+    """The secured server with ORDERS/i-1 registered (by a client)."""
+    response = await client.post("/eureka/apps/ORDERS", data=BODY, headers=_json(AS_CLIENT))
+    assert 204 == response.status, await response.text()
+    return client
+
+
+def _json(headers: dict[str, str]) -> dict[str, str]:
+    return {**headers, "Content-Type": "application/json", "Accept": "application/json"}
+
+
+async def call(client: TestClient, method: str, path: str, headers: dict[str, str]) -> int:
+    data = b'{"replicationList": []}' if path.endswith("batch") else BODY
+    response = await client.request(
+        method, path, headers=_json(headers), data=data if method == "POST" else None
+    )
+    if response.status in (401, 403):
+        assert "application/json" == response.content_type
+        assert {"error", "detail"} <= set(await response.json())
+    return response.status
+
+
+def untouched(client: TestClient) -> None:
+    """A refused call changed nothing: no override, and the instance still UP."""
+    registry = registry_of(client)
+    assert {} == registry.overrides()
+    lease = registry.get("ORDERS", "i-1", now_ms=registry_of(client).index)
+    assert InstanceStatus.UP is lease.instance.status
+    assert "zone" not in lease.instance.metadata
+
+
+@pytest.mark.parametrize(("method", "path"), ADMIN_ENDPOINTS)
+async def test_admin_endpoints_refuse_everyone_but_an_admin(client, method, path):
+    for headers in (NOBODY, *WRONG, *GARBLED):
+        assert 401 == await call(client, method, path, headers), headers
+    for headers in (AS_CLIENT, AS_PEER):
+        assert 403 == await call(client, method, path, headers), headers
+    untouched(client)
+    for headers in (AS_ADMIN, AS_BEARER):
+        assert await call(client, method, path, headers) not in (401, 403)
+
+
+@pytest.mark.parametrize(("method", "path"), PEER_ENDPOINTS)
+async def test_peer_endpoints_refuse_everyone_but_a_peer(client, method, path):
+    for headers in (NOBODY, *WRONG, *GARBLED):
+        assert 401 == await call(client, method, path, headers), headers
+    for headers in (AS_CLIENT, AS_ADMIN, AS_BEARER):
+        assert 403 == await call(client, method, path, headers), headers
+    assert 200 == await call(client, method, path, AS_PEER)
+
+
+@pytest.mark.parametrize(("method", "path"), CLIENT_ENDPOINTS)
+async def test_client_endpoints_need_a_credential_of_this_node(client, method, path):
+    for headers in (NOBODY, *WRONG, *GARBLED):
+        assert 401 == await call(client, method, path, headers), headers
+    untouched(client)
+    for headers in (AS_CLIENT, AS_ADMIN, AS_BEARER, AS_PEER):
+        assert await call(client, method, path, headers) not in (401, 403), headers
+
+
+@pytest.mark.parametrize(("method", "path"), OPEN_ENDPOINTS)
+async def test_probes_and_the_api_document_are_open(client, method, path):
+    assert 200 == await call(client, method, path, NOBODY)
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        ("PUT", "/eureka/apps/ORDERS/i-1"),
+        ("POST", "/eureka/apps/ORDERS"),
+        ("PUT", "/eureka/apps/ORDERS/i-1/status?value=OUT_OF_SERVICE"),
+    ],
+)
+async def test_a_call_claiming_to_be_replication_needs_the_peer_credential(client, method, path):
+    for headers in (AS_CLIENT, AS_ADMIN, AS_BEARER):
+        assert 403 == await call(client, method, path, {**headers, **REPLICATION})
+    assert 401 == await call(client, method, path, REPLICATION)
+    untouched(client)
+    assert await call(client, method, path, {**AS_PEER, **REPLICATION}) not in (401, 403)
+
+
+async def test_a_401_challenges_for_basic_and_on_the_admin_plane_for_bearer(client):
+    response = await client.get("/eureka/apps")
+    assert ['Basic realm="service-registry", charset="UTF-8"'] == response.headers.getall(
+        "WWW-Authenticate"
+    )
+    response = await client.get("/eureka/overrides")
+    assert 2 == len(response.headers.getall("WWW-Authenticate"))
+    assert 'Bearer realm="service-registry"' in response.headers.getall("WWW-Authenticate")
+    refused = await client.get("/eureka/overrides", headers=AS_CLIENT)
+    assert (403, None) == (refused.status, refused.headers.get("WWW-Authenticate"))
+
+
+async def test_the_admin_who_sets_an_override_is_remembered(client):
+    path = "/eureka/apps/ORDERS/i-1/status?value=OUT_OF_SERVICE&reason=deploy"
+    assert 200 == await call(client, "PUT", path, AS_ADMIN)
+    response = await client.get("/eureka/overrides", headers=AS_BEARER)
+    [listed] = (await response.json())["overrides"]
+    assert ("ops", "deploy") == (listed["setBy"], listed["reason"])
+    history = await (await client.get("/eureka/overrides/history", headers=AS_ADMIN)).json()
+    assert ["ops"] == [entry["by"] for entry in history["history"]]
+    assert 200 == await call(client, "DELETE", "/eureka/apps/ORDERS/i-1/status", AS_BEARER)
+    history = await (await client.get("/eureka/overrides/history", headers=AS_ADMIN)).json()
+    assert [("set", "ops"), ("deleted", "token")] == [
+        (entry["action"], entry["by"]) for entry in history["history"]
+    ]
+
+
+async def test_no_credential_is_ever_logged(client):
+    secrets = (CLIENT_PW, ADMIN_PW, PEER_PW, TOKEN, "guess")
+    with capture_logs() as logs:
+        for method, path in ADMIN_ENDPOINTS + PEER_ENDPOINTS + CLIENT_ENDPOINTS:
+            for headers in (NOBODY, AS_CLIENT, AS_ADMIN, AS_PEER, *WRONG):
+                await call(client, method, path, headers)
+    assert not [event for event in logs if any(s in repr(event) for s in secrets)]
+    assert not any(secret in repr(SECURED) for secret in secrets)
+
+
+async def test_a_plane_with_no_credentials_of_its_own_is_closed(aiohttp_client, clock):
+    """Credentials for clients only: the admin plane is not left open beside them."""
+    from registry import create_app
+
+    client = await aiohttp_client(
+        create_app(Settings(client_credentials=(f"svc:{CLIENT_PW}",)), clock=clock)
+    )
+    response = await client.get("/eureka/overrides", headers=AS_CLIENT)
+    assert 403 == response.status
+    assert "admin_credentials" in (await response.json())["detail"]
+    assert 403 == (await client.get("/eureka/overrides")).status
+
+
+def test_a_credential_configured_for_two_planes_proves_both():
+    both = Credentials(Settings(client_credentials=("a:b",), admin_credentials=("a:b", "c:d")))
+    assert (Role.CLIENT | Role.ADMIN, "a") == both.check(basic("a", "b")["Authorization"])
+    assert (Role.ADMIN, "c") == both.check(basic("c", "d")["Authorization"])
+    assert (Role.NONE, None) == both.check(basic("a", "d")["Authorization"])
+    assert (Role.NONE, None) == both.check(None)
+
+
+def test_a_utf8_password_is_matched_byte_for_byte():
+    credentials = Credentials(Settings(client_credentials=("jürgen:pässword",)))
+    header = "Basic " + base64.b64encode("jürgen:pässword".encode()).decode()
+    assert (Role.CLIENT, "jürgen") == credentials.check(header)

@@ -1,0 +1,225 @@
+"""GET /: the status page, over HTTP and in a real browser (Chromium driven by Playwright)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import aiohttp
+import orjson
+import pytest
+from aiohttp.test_utils import TestClient
+from blockbuster import BlockBuster
+from playwright.async_api import Browser, async_playwright, expect
+
+from registry import Settings, create_app
+from tests.helpers import instance_doc, register
+
+CHROMIUM = Path("/usr/bin/chromium")
+SCREENSHOT = Path(__file__).parents[2] / "artifacts" / "status-page.png"
+AS_CLIENT = aiohttp.encode_basic_auth("app", "pw")
+AS_ADMIN = aiohttp.encode_basic_auth("ops", "pw2")
+TAKE_OUT = 'data-action="take-out"'
+
+
+async def page_of(client: TestClient, **headers: str) -> str:
+    response = await client.get("/", headers=headers)
+    assert 200 == response.status, await response.text()
+    assert response.headers["Content-Type"].startswith("text/html")
+    return await response.text()
+
+
+class TestPage:
+    async def test_lists_a_registered_instance(self, client):
+        await register(client, "ORDERS", "i-1")
+        html = await page_of(client)
+        assert '<tr data-app="ORDERS" data-id="i-1" data-status="UP"' in html
+        assert "i-1.example.internal" in html
+        assert "10.0.0.5:8080" in html
+
+    async def test_escapes_what_clients_sent(self, client):
+        """Instance ids and host names are user input: they show as text, never as markup."""
+        await register(client, "ORDERS", '"><img src=x onerror=alert(1)>', hostName="<script>")
+        html = await page_of(client)
+        assert "<img" not in html
+        assert "<script>" not in html
+        assert 'data-id="&quot;&gt;&lt;img src=x onerror=alert(1)&gt;"' in html
+        assert "&lt;script&gt;" in html
+
+    async def test_shows_the_override_with_its_reason(self, client):
+        await register(client, "ORDERS", "i-1")
+        await client.put("/eureka/apps/ORDERS/i-1/status?value=OUT_OF_SERVICE&reason=disk%20<full>")
+        html = await page_of(client)
+        assert 'data-override="OUT_OF_SERVICE"' in html
+        assert '<div class="reason">disk &lt;full&gt;</div>' in html
+
+    async def test_shows_self_preservation_and_the_node(self, client):
+        await register(client, "ORDERS", "i-1")
+        html = await page_of(client)
+        assert "<h3>Self-preservation</h3>" in html
+        assert "fewer than the 10 where self-preservation applies" in html
+        assert "1 instance in 1 application" in html
+        assert "No peers" in html
+
+    async def test_runs_no_inline_script_or_style(self, client):
+        """The policy allows this server's files only, and the page needs nothing else."""
+        response = await client.get("/")
+        policy = response.headers["Content-Security-Policy"]
+        assert "default-src 'none'" in policy
+        assert "script-src 'self'" in policy
+        html = await response.text()
+        assert [] == re.findall(r"<script(?![^>]*\ssrc=)", html)
+        assert [] == re.findall(r"\s(?:style|on\w+)=", html)
+
+    @pytest.mark.parametrize(
+        ("name", "content_type"),
+        [("status.js", "text/javascript"), ("status.css", "text/css")],
+    )
+    async def test_serves_its_files(self, client, name, content_type):
+        response = await client.get(f"/page/{name}")
+        assert (200, content_type) == (response.status, response.content_type)
+
+    async def test_other_files_are_404(self, client):
+        assert 404 == (await client.get("/page/status.html")).status
+
+    async def test_admin_buttons_when_no_credentials_are_configured(self, client):
+        """The admin plane is open then (the server is on loopback only); the page says so."""
+        await register(client, "ORDERS", "i-1")
+        html = await page_of(client)
+        assert TAKE_OUT in html
+        assert "no credentials configured (loopback only)" in html
+
+
+class TestWithCredentials:
+    @pytest.fixture
+    def settings(self) -> Settings:
+        return Settings(client_credentials=("app:pw",), admin_credentials=("ops:pw2",))
+
+    async def test_a_client_sees_no_admin_buttons(self, client):
+        await register_as_admin(client)
+        html = await page_of(client, Authorization=AS_CLIENT)
+        assert 'data-id="i-1"' in html
+        assert TAKE_OUT not in html
+        assert "Signed in as <strong>app</strong> (read only)" in html
+
+    async def test_an_admin_sees_them(self, client):
+        await register_as_admin(client)
+        html = await page_of(client, Authorization=AS_ADMIN)
+        assert TAKE_OUT in html
+        assert "Signed in as <strong>ops</strong> (may administer)" in html
+
+    async def test_without_a_credential_the_browser_asks_for_one(self, client):
+        response = await client.get("/")
+        assert 401 == response.status
+        assert response.headers["WWW-Authenticate"].startswith("Basic ")
+
+
+async def register_as_admin(client: TestClient) -> None:
+    """Register i-1 through the guard, which lets the admin credential call the client plane."""
+    response = await client.post(
+        "/eureka/apps/ORDERS",
+        data=orjson.dumps({"instance": instance_doc("ORDERS", "i-1")}),
+        headers={"Content-Type": "application/json", "Authorization": AS_ADMIN},
+    )
+    assert 204 == response.status, await response.text()
+
+
+@pytest.fixture
+async def browser() -> AsyncIterator[Browser]:
+    async with async_playwright() as p:
+        browser = await p.chromium.launch(
+            executable_path=CHROMIUM,
+            headless=True,
+            args=[
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-quic",
+                "--no-first-run",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+            ],
+        )
+        yield browser
+        await browser.close()
+
+
+@pytest.mark.skipif(
+    not CHROMIUM.exists(), reason=f"{CHROMIUM} is missing (Debian: apt-get install chromium)"
+)
+class TestInTheBrowser:
+    @pytest.fixture
+    def blockbuster(self, blockbuster: BlockBuster) -> BlockBuster:
+        """Playwright looks for its driver on disk (one stat) from the event loop's thread as it
+        starts; allow that call there alone. The server and the rest stay watched."""
+        blockbuster.functions["os.stat"].can_block_in(
+            "playwright/_impl/_driver.py", "compute_driver_executable"
+        )
+        return blockbuster
+
+    async def test_rows_follow_changes_live_and_admin_buttons_work(
+        self, aiohttp_server, aiohttp_client, browser
+    ):
+        """Changes made elsewhere reach the open page without a reload; its buttons set and
+        remove overrides."""
+        server = await aiohttp_server(create_app(Settings(store=False)))
+        client = await aiohttp_client(server)
+        await register(client, "ORDERS", "i-1")
+        await register(client, "ORDERS", "i-2", status="STARTING")
+        page = await browser.new_page(viewport={"width": 1280, "height": 720})
+        problems: list[str] = []  # script errors and policy violations
+        page.on("pageerror", lambda error: problems.append(str(error)))
+        page.on(
+            "console",
+            lambda m: problems.append(m.text) if "Content Security Policy" in m.text else None,
+        )
+        await page.goto(str(server.make_url("/")))
+        row = page.locator('tr[data-id="i-1"]')
+        await expect(row.locator(".current")).to_have_text("UP")
+        await expect(page.locator("#live")).to_have_text("live")
+        await page.evaluate("window.notReloaded = true")
+
+        # An override set through the API, by someone else.
+        await client.put("/eureka/apps/ORDERS/i-1/status?value=OUT_OF_SERVICE&reason=deploy")
+        await expect(row.locator(".current")).to_have_text("OUT_OF_SERVICE")
+        await expect(row.locator(".reason")).to_have_text("deploy")  # from the refresh
+
+        # A new instance appears.
+        await register(client, "PAYMENTS", "p-1", status="DOWN")
+        await expect(page.locator('tr[data-id="p-1"] .current')).to_have_text("DOWN")
+
+        await row.get_by_role("button", name="Put back in service").click()
+        await expect(row.locator(".current")).to_have_text("UP")
+        await expect(row.locator(".override")).to_have_text("")
+
+        page.once("dialog", lambda dialog: dialog.accept("draining for <patch>"))
+        await (
+            page.locator('tr[data-id="i-2"]')
+            .get_by_role("button", name="Take out of service")
+            .click()
+        )
+        i2 = page.locator('tr[data-id="i-2"]')
+        await expect(i2.locator(".current")).to_have_text("OUT_OF_SERVICE")
+        await expect(i2.locator(".reason")).to_have_text("draining for <patch>")
+
+        assert await page.evaluate("window.notReloaded")
+        assert [] == problems
+        await page.screenshot(path=SCREENSHOT, full_page=True)  # makes the folder
+
+    async def test_filters_by_application_and_status(self, aiohttp_server, aiohttp_client, browser):
+        server = await aiohttp_server(create_app(Settings(store=False)))
+        client = await aiohttp_client(server)
+        await register(client, "ORDERS", "o-1")
+        await register(client, "PAYMENTS", "p-1", status="DOWN")
+        page = await browser.new_page()
+        await page.goto(str(server.make_url("/")))
+        visible = page.locator("#instances tbody tr:visible")
+        await page.fill("#filter-app", "pay")
+        await expect(visible).to_have_count(1)
+        await expect(visible.first).to_have_attribute("data-id", "p-1")
+        await page.fill("#filter-app", "")
+        await page.select_option("#filter-status", "UP")
+        await expect(visible).to_have_count(1)
+        await expect(visible.first).to_have_attribute("data-id", "o-1")
+        await expect(page.locator("#shown")).to_have_text("1 of 2 shown")
