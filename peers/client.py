@@ -119,7 +119,7 @@ class PeerClient:
             raise _NotFound(path)
         if status == 403 and b'"not_synced"' in body:
             raise PeerSyncing(f"{self.url}: still syncing from its peers")
-        if status in (401, 403):
+        if status == 401 or (status == 403 and b'"forbidden"' in body):
             raise PeerRefused(f"{self.url}: {status}: it does not take our peer_credential")
         raise PeerRefused(f"{self.url}{path}: {status} {body[:200].decode(errors='replace')}")
 

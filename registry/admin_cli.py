@@ -155,6 +155,20 @@ def _status(args: argparse.Namespace) -> int:
 # HTTP ---------------------------------------------------------------------------------------
 
 
+def _authorization(args: argparse.Namespace) -> str | None:
+    """Flags before the environment; a user (HTTP Basic) before a token (bearer)."""
+    env = os.environ.get
+    for user, password, token in (
+        (args.user, args.password, args.token),
+        (env("REGISTRY_USER"), env("REGISTRY_PASSWORD"), env("REGISTRY_TOKEN")),
+    ):
+        if user:
+            return basic_authorization(f"{user}:{password or env('REGISTRY_PASSWORD', '')}")
+        if token:
+            return f"Bearer {token}"
+    return None
+
+
 def _request(
     args: argparse.Namespace, method: str, path: str, query: dict[str, str] | None = None
 ) -> Any:
@@ -162,13 +176,9 @@ def _request(
     base = args.server or os.environ.get("REGISTRY_SERVER") or DEFAULT_SERVER
     url = base.rstrip("/") + "/" + path + ("?" + urllib.parse.urlencode(query) if query else "")
     request = urllib.request.Request(url, method=method, headers={"Accept": "application/json"})
-    user = args.user or os.environ.get("REGISTRY_USER")
-    token = args.token or os.environ.get("REGISTRY_TOKEN")
-    if user:
-        password = args.password or os.environ.get("REGISTRY_PASSWORD", "")
-        request.add_header("Authorization", basic_authorization(f"{user}:{password}"))
-    elif token:
-        request.add_header("Authorization", f"Bearer {token}")
+    authorization = _authorization(args)
+    if authorization:
+        request.add_header("Authorization", authorization)
     try:
         with urllib.request.urlopen(request, timeout=TIMEOUT) as response:
             body = response.read()

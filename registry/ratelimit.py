@@ -20,13 +20,17 @@ def client_key(address: str | None) -> str:
     if not address or ":" not in address:
         return address or "unknown"
     try:
-        network = ipaddress.IPv6Network(f"{address}/64", strict=False)
+        ip = ipaddress.IPv6Address(address)
     except ValueError:
         return address
-    return str(network)
+    if ip.ipv4_mapped is not None:  # ::ffff:10.0.0.5, from a dual-stack socket
+        return str(ip.ipv4_mapped)
+    return str(ipaddress.IPv6Network(f"{ip}/64", strict=False))
 
 
 class FetchLimiter:
+    """The buckets of every client seen lately, and how many fetches they were refused."""
+
     def __init__(self, *, rate: float, burst: int, max_clients: int = MAX_CLIENTS) -> None:
         self.rate = rate
         self.burst = burst

@@ -230,7 +230,7 @@ def _from_text(key: str, raw: str) -> Any:
     kind = _field_types().get(key)
     if kind is None:
         raise SettingsError(f"{key}: unknown setting ({ENV_PREFIX}{key.upper()})")
-    if kind is not str and typing.get_origin(kind) is tuple:
+    if typing.get_origin(kind) is tuple:
         return raw
     if kind is bool:
         lowered = raw.strip().lower()
@@ -275,8 +275,10 @@ def peer_url_problem(url: str) -> str | None:
 
 
 def _coerce(key: str, value: Any, kind: type) -> Any:
-    if key == "peers":
-        return tuple(u if u.endswith("/") else u + "/" for u in _text_list(key, value))
+    if key == "peers":  # each with a trailing slash, so `{url}apps/` is the right path
+        return tuple(
+            dict.fromkeys(u if u.endswith("/") else u + "/" for u in _text_list(key, value))
+        )
     if typing.get_origin(kind) is tuple:
         return _text_list(key, value)
     if isinstance(value, kind) and not (kind is int and isinstance(value, bool)):
@@ -293,9 +295,8 @@ def _coerce(key: str, value: Any, kind: type) -> Any:
 
 
 def _text_list(key: str, value: Any) -> tuple[str, ...]:
-    """A list from TOML, or comma-separated from the environment or command line; blanks and
-    repeats dropped. (Peer URLs each get a trailing slash, so `{url}apps/` is the right path.)
-    """
+    """A list from TOML, or comma-separated from the environment or command line (so a
+    password with a comma in it goes in the TOML file); blanks and repeats dropped."""
     items = value.split(",") if isinstance(value, str) else value
     if not isinstance(items, list | tuple) or not all(isinstance(u, str) for u in items):
         raise SettingsError(f"{key}: expected a list of strings")

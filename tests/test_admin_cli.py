@@ -106,3 +106,18 @@ async def test_credentials_are_sent_from_the_environment(aiohttp_server):
     assert ["Basic b3BzOnMzY3JldA=="] == seen
     assert (1, "") == (code, out)
     assert "401 who are you" in err and "s3cret" not in err
+
+
+async def test_against_a_secured_server_the_admin_token_passes_and_a_client_is_refused():
+    """A real secured process: flags beat the environment; a client credential gets 403."""
+    settings = {"client_credentials": "svc:client-pw", "admin_tokens": "adm1n-token"}
+    async with processes.registry(ready_path="/healthz", **settings) as server:
+        url = f"{server.url}/eureka/"
+        client_env = {"REGISTRY_USER": "svc", "REGISTRY_PASSWORD": "client-pw", "PATH": ""}
+        code, _, err = await cli("status", "--server", url, env=client_env)
+        assert 0 == code, err
+        args = ("out-of-service", "ORDERS", "i-1", "--server", url)
+        code, _, err = await cli(*args, env=client_env)
+        assert 1 == code and "403" in err and "client-pw" not in err
+        code, _, err = await cli(*args, "--token", "adm1n-token", env=client_env)
+        assert 1 == code and "404" in err  # through the admin plane: no such instance

@@ -30,7 +30,7 @@ async def set_status_override(request: web.Request) -> web.Response:
         last_dirty_ms=params.last_dirty_ms(query),
         is_replication=params.is_replication(request),
     )
-    note = Note(app, status, reason, now_ms, expires_ms, by=auth.principal(request))
+    note = Note(app, status, reason, now_ms, expires_ms, by=_admin(request))
     request.app[NOTES].note(iid, note)
     writer = request.app[WRITER]
     if writer is not None:
@@ -47,6 +47,7 @@ async def delete_status_override(request: web.Request) -> web.Response:
         request.match_info["id"],
         request.app[CLOCK].wall_ms(),
     )
+    had_one = iid in request.app[REGISTRY].overrides()
     request.app[REGISTRY].delete_status_override(
         app,
         iid,
@@ -56,8 +57,8 @@ async def delete_status_override(request: web.Request) -> web.Response:
         is_replication=params.is_replication(request),
     )
     request.app[NOTES].forget(iid)
-    writer, by = request.app[WRITER], auth.principal(request)
-    if writer is not None and by is not None:
+    writer, by = request.app[WRITER], _admin(request)
+    if writer is not None and by is not None and had_one:
         writer.override_gone(OverrideGone(app, iid, now_ms, by=by))
     await _committed(request)
     return web.Response()
@@ -163,6 +164,11 @@ async def explain(request: web.Request) -> web.Response:
         },
     }
     return web.Response(body=orjson.dumps(body), content_type="application/json")
+
+
+def _admin(request: web.Request) -> str | None:
+    """The admin who made this call, for the audit trail; a peer's replication names nobody."""
+    return None if params.is_replication(request) else auth.principal(request)
 
 
 def _value(status: InstanceStatus | None) -> str | None:

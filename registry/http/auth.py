@@ -24,6 +24,7 @@ import enum
 import functools
 import hashlib
 import hmac
+from urllib.parse import urlsplit
 
 from aiohttp import hdrs, web
 from aiohttp.typedefs import Handler
@@ -31,12 +32,14 @@ from aiohttp.typedefs import Handler
 from registry.appkeys import SETTINGS
 from registry.codec.wire import REPLICATION_HEADER
 from registry.http.error_handling import error_response
-from registry.settings import Settings
+from registry.settings import Settings, is_loopback
 
 REALM = "service-registry"
 
 
 class Role(enum.Flag):
+    """What a credential proved: a request's roles are every match's."""
+
     NONE = 0
     CLIENT = enum.auto()
     ADMIN = enum.auto()
@@ -44,6 +47,8 @@ class Role(enum.Flag):
 
 
 class Plane(enum.Enum):
+    """Where a route belongs; its value is the roles that pass."""
+
     OPEN = Role.NONE
     CLIENT = Role.CLIENT | Role.ADMIN | Role.PEER
     ADMIN = Role.ADMIN
@@ -82,6 +87,54 @@ def plane(path: str) -> Plane:
     if path in PEER_PATHS:
         return Plane.PEER
     return Plane.OPEN if path in OPEN_PATHS else Plane.CLIENT
+
+
+def from_this_site(handler: Handler, settings: Settings) -> Handler:
+    """`handler`, refusing what a browser sends on another site's behalf.
+
+    A page of another site can make a browser POST, PUT or DELETE here, with the Basic
+    credentials the browser holds for the status page (CSRF); the browser says so in
+    `Sec-Fetch-Site`, or in older browsers with an `Origin` naming another host. Eureka clients
+    send neither. And while no credentials are configured, a name of another site that resolves
+    to this loopback address (DNS rebinding) would reach every plane: then only loopback Host
+    names are answered.
+    """
+    loopback_only = not settings.secured and not settings.insecure_public_bind
+
+    @functools.wraps(handler)
+    async def wrapper(request: web.Request) -> web.StreamResponse:
+        if request.method not in ("GET", "HEAD") and _cross_site(request):
+            return error_response(
+                403, "cross_site", "a browser sent this on behalf of another site's page"
+            )
+        if loopback_only and not _loopback_host(request.host):
+            return error_response(
+                403,
+                "not_loopback",
+                "with no credentials configured this node answers loopback names only "
+                f"(127.0.0.1, localhost), not {request.host!r}",
+            )
+        return await handler(request)
+
+    return wrapper
+
+
+def _cross_site(request: web.Request) -> bool:
+    site = request.headers.get("Sec-Fetch-Site")
+    if site is not None:
+        return site not in ("same-origin", "none")  # "none": typed by the user
+    origin = request.headers.get(hdrs.ORIGIN)
+    return origin is not None and urlsplit(origin).netloc != request.host
+
+
+@functools.lru_cache(maxsize=256)  # clients send the same few Host values again and again
+def _loopback_host(host: str) -> bool:
+    """Whether a Host header names this machine's loopback (its port, if any, aside)."""
+    if host.startswith("["):
+        host = host[1:].partition("]")[0]  # [::1]:8761
+    elif host.count(":") == 1:
+        host = host.rpartition(":")[0]
+    return is_loopback(host)
 
 
 def _digest(secret: bytes) -> bytes:
@@ -133,7 +186,7 @@ def _matching(digest: bytes, known: list[tuple[bytes, Role]]) -> Role:
 
 def may_administer(request: web.Request) -> bool:
     """Whether this request could call the admin plane: always, when no credentials are
-    configured (the server is then on loopback only)."""
+    configured (then the server is on loopback, unless `insecure_public_bind` says otherwise)."""
     return not request.app[SETTINGS].secured or bool(request.get(ROLES, Role.NONE) & Role.ADMIN)
 
 
@@ -142,21 +195,19 @@ def principal(request: web.Request) -> str | None:
     return request.get(PRINCIPAL)
 
 
-def guard(handler: Handler, plane: Plane, credentials: Credentials) -> Handler:
-    """`handler`, answered only for a request whose credential belongs on `plane`."""
-    if plane is Plane.OPEN:
+def guard(handler: Handler, on: Plane, credentials: Credentials) -> Handler:
+    """`handler`, answered only for a request whose credential belongs on plane `on`."""
+    if on is Plane.OPEN:
         return handler
 
     @functools.wraps(handler)
     async def wrapper(request: web.Request) -> web.StreamResponse:
-        needed = plane
+        needed = on
         if request.headers.get(REPLICATION_HEADER) == "true":
             needed = Plane.PEER  # only a peer may have its call applied as a replication
         roles, user = credentials.check(request.headers.get(hdrs.AUTHORIZATION))
-        if roles & needed.value:
-            request[ROLES] = roles
-            if user is not None:
-                request[PRINCIPAL] = user
+        if roles & needed.value and user is not None:  # a user name comes with any role
+            request[ROLES], request[PRINCIPAL] = roles, user
             return await handler(request)
         if not credentials.configured & needed.value:
             return error_response(

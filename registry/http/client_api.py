@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
@@ -10,7 +12,7 @@ from registry.clock import Clock
 from registry.codec import encode_instance, instance_from_wire, wire
 from registry.core import Registry
 from registry.errors import StaleReplica
-from registry.http import params
+from registry.http import auth, params
 from registry.http.negotiation import payload, read_document, response_format
 from registry.model import InstanceStatus
 
@@ -21,9 +23,14 @@ async def register(request: web.Request) -> web.Response:
     document = await read_document(request, root="instance")
     now_ms = request.app[CLOCK].wall_ms()
     instance = instance_from_wire(document, now_ms=now_ms, expected_app=app)
-    request.app[REGISTRY].register(
-        instance, now_ms=now_ms, is_replication=params.is_replication(request)
-    )
+    replication = params.is_replication(request)
+    if instance.overridden_status is not InstanceStatus.UNKNOWN and not (
+        replication or auth.may_administer(request)
+    ):
+        # A registration carrying an override sets it (contract 6.2, step 5): how peers hand
+        # one over. From a client's credential it would bypass the admin plane: not taken.
+        instance = dataclasses.replace(instance, overridden_status=InstanceStatus.UNKNOWN)
+    request.app[REGISTRY].register(instance, now_ms=now_ms, is_replication=replication)
     return web.Response(status=204)
 
 

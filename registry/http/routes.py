@@ -3,7 +3,6 @@ each path with and without a trailing slash, as JAX-RS clients expect (contract 
 
 from __future__ import annotations
 
-import functools
 import re
 from collections.abc import Callable
 
@@ -22,7 +21,7 @@ from registry.http import (
     status_page,
     watch_api,
 )
-from registry.http.auth import Credentials, guard, plane
+from registry.http.auth import Credentials, from_this_site, guard, plane
 from registry.http.error_handling import json_errors, method_not_allowed, no_such_endpoint
 from registry.http.throttle import limited
 from registry.request_stats import timed
@@ -83,50 +82,51 @@ FETCHES = frozenset({"/apps", "/apps/{app:delta}", "/apps/{app}", "/vips/{vip}",
 
 def add_routes(app: web.Application) -> None:
     settings = app[SETTINGS]
-    wrap = _Wrapping(app, Credentials(settings) if settings.secured else None)
-    table = routes(app)
-    for prefix in PREFIXES:
-        for path, methods in table.items():
-            # aiohttp's default segment pattern refuses braces; ids may contain them.
-            pattern = prefix + re.sub(r"\{(\w+)\}", r"{\1:[^/]+}", path)
-            for variant in (pattern, pattern + "/"):
-                _add(app, variant, methods, functools.partial(wrap, "/eureka" + path, path))
-    for path, methods in UNVERSIONED.items():
-        for variant in (path, path + "/"):
-            _add(app, variant, methods, functools.partial(wrap, path, path))
-    app.router.add_route("*", "/{tail:.*}", json_errors(no_such_endpoint, app[REGISTRY]))
+    credentials = Credentials(settings) if settings.secured else None
 
-
-class _Wrapping:
-    """What every route's handler is wrapped in, innermost first: errors as JSON, the fetch
-    rate limit, the plane's guard, and the request metrics."""
-
-    def __init__(self, app: web.Application, credentials: Credentials | None) -> None:
-        self._app = app
-        self._credentials = credentials
-
-    def __call__(self, endpoint: str, path: str, handler: Handler, method: str) -> Handler:
-        """`handler` for `method` on `path` (as the tables name it), counted as `endpoint`."""
-        app = self._app
+    def wrap(handler: Handler, method: str, path: str, endpoint: str) -> Handler:
+        """`handler` for `method` on `path` (as the tables name it), wrapped innermost first in:
+        errors as JSON, the fetch rate limit, the plane's guard, the browser checks, and the
+        request metrics (counted under `endpoint`)."""
         answered = json_errors(handler, app[REGISTRY])
         limiter = app[LIMITER]
         if limiter is not None and path in FETCHES and method in ("GET", "HEAD"):
             answered = limited(answered, limiter, app[CLOCK])
-        if self._credentials is not None:  # no credentials, no guard: it costs nothing
-            answered = guard(answered, plane(path), self._credentials)
+        if credentials is not None:  # no credentials, no guard: it costs nothing
+            answered = guard(answered, plane(path), credentials)
+        answered = from_this_site(answered, settings)
         return timed(answered, app[REQUESTS], endpoint, method)
+
+    for prefix in PREFIXES:
+        for path, methods in routes(app).items():
+            # aiohttp's default segment pattern refuses braces; ids may contain them.
+            pattern = prefix + re.sub(r"\{(\w+)\}", r"{\1:[^/]+}", path)
+            _add(app, pattern, methods, wrap, path, "/eureka" + path)
+    for path, methods in UNVERSIONED.items():
+        _add(app, path, methods, wrap, path, path)
+    # Counted too, so probing shows in /metrics: endpoint "none", and method "*" on a 405.
+    unmatched = timed(json_errors(no_such_endpoint, app[REGISTRY]), app[REQUESTS], "none", "*")
+    app.router.add_route("*", "/{tail:.*}", unmatched)
+
+
+Wrap = Callable[[Handler, str, str, str], Handler]
 
 
 def _add(
     app: web.Application,
-    path: str,
+    pattern: str,
     methods: dict[str, Handler],
-    wrap: Callable[[Handler, str], Handler],
+    wrap: Wrap,
+    path: str,
+    endpoint: str,
 ) -> None:
-    """One resource: its handlers (GET answering HEAD too) and a JSON 405 for other methods."""
+    """The resource at `pattern`, with and without a trailing slash: its handlers (GET answering
+    HEAD too) and a JSON 405 for other methods."""
     if "GET" in methods:
         methods = {**methods, "HEAD": methods["GET"]}
-    resource = app.router.add_resource(path)
-    for method, handler in methods.items():
-        resource.add_route(method, wrap(handler, method))
-    resource.add_route("*", json_errors(method_not_allowed(list(methods)), app[REGISTRY]))
+    refused = json_errors(method_not_allowed(list(methods)), app[REGISTRY])
+    for variant in dict.fromkeys((pattern, pattern.rstrip("/") + "/")):  # "/" only once
+        resource = app.router.add_resource(variant)
+        for method, handler in methods.items():
+            resource.add_route(method, wrap(handler, method, path, endpoint))
+        resource.add_route("*", timed(refused, app[REQUESTS], endpoint, "*"))

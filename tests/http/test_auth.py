@@ -220,3 +220,62 @@ def test_a_utf8_password_is_matched_byte_for_byte():
     credentials = Credentials(Settings(client_credentials=("jürgen:pässword",)))
     header = "Basic " + base64.b64encode("jürgen:pässword".encode()).decode()
     assert (Role.CLIENT, "jürgen") == credentials.check(header)
+
+
+async def test_a_client_cannot_set_an_override_through_a_registration(client):
+    """Contract 6.2 takes an override from a registration: from a peer or an admin only."""
+    for iid, headers in (
+        ("i-2", AS_CLIENT),
+        ("i-3", AS_ADMIN),
+        ("i-4", {**AS_PEER, **REPLICATION}),
+    ):
+        doc = instance_doc("ORDERS", iid, overriddenStatus="OUT_OF_SERVICE")
+        body = orjson.dumps({"instance": doc})
+        response = await client.post("/eureka/apps/ORDERS", data=body, headers=_json(headers))
+        assert 204 == response.status
+    assert {"i-3", "i-4"} == set(registry_of(client).overrides())
+
+
+async def test_a_peer_replicating_an_override_is_not_named_as_its_admin(client):
+    path = "/eureka/apps/ORDERS/i-1/status?value=OUT_OF_SERVICE"
+    assert 200 == await call(client, "PUT", path, {**AS_PEER, **REPLICATION})
+    [listed] = (await (await client.get("/eureka/overrides", headers=AS_ADMIN)).json())["overrides"]
+    assert None is listed["setBy"]
+
+
+async def test_deleting_no_override_writes_no_history(client):
+    assert 200 == await call(client, "DELETE", "/eureka/apps/ORDERS/i-1/status", AS_ADMIN)
+    history = await (await client.get("/eureka/overrides/history", headers=AS_ADMIN)).json()
+    assert [] == history["history"]
+
+
+@pytest.mark.parametrize(
+    "browser",
+    [
+        {"Sec-Fetch-Site": "cross-site"},
+        {"Sec-Fetch-Site": "same-site"},
+        {"Origin": "http://evil.example"},
+        {"Origin": "null"},
+    ],
+)
+async def test_a_browser_sending_for_another_site_changes_nothing(client, browser):
+    """CSRF: the browser holds admin credentials for the status page; another site's page
+    makes it send a change here. Eureka clients send neither header."""
+    for method, path in [
+        ("PUT", "/eureka/apps/ORDERS/i-1/status?value=OUT_OF_SERVICE"),
+        ("POST", "/eureka/apps/ORDERS"),
+        ("DELETE", "/eureka/apps/ORDERS/i-1"),
+    ]:
+        response = await client.request(
+            method, path, data=BODY, headers={**_json(AS_ADMIN), **browser}
+        )
+        assert (403, "cross_site") == (response.status, (await response.json())["error"])
+    untouched(client)
+    assert 200 == (await client.get("/eureka/apps", headers={**AS_ADMIN, **browser})).status
+
+
+async def test_the_status_pages_own_calls_pass(client):
+    origin = f"http://{client.server.host}:{client.server.port}"
+    path = "/eureka/apps/ORDERS/i-1/status?value=OUT_OF_SERVICE"
+    for browser in ({"Sec-Fetch-Site": "same-origin"}, {"Origin": origin}):
+        assert 200 == (await client.put(path, headers={**AS_ADMIN, **browser})).status

@@ -188,3 +188,17 @@ class TestCancel:
         assert 200 == (await client.delete("/eureka/apps/ORDERS/i-1")).status
         assert 404 == (await client.delete("/eureka/apps/ORDERS/i-1")).status
         assert 0 == len(registry_of(client))
+
+
+class TestLoopbackNames:
+    """With no credentials configured, only loopback Host names are answered: a page of
+    another site whose name resolves to 127.0.0.1 (DNS rebinding) reaches nothing."""
+
+    @pytest.mark.parametrize("host", ["evil.example", "evil.example:8761", "10.0.0.5:8761"])
+    async def test_another_name_is_refused(self, client, host):
+        response = await client.get("/eureka/apps", headers={"Host": host})
+        assert (403, "not_loopback") == (response.status, (await response.json())["error"])
+
+    @pytest.mark.parametrize("host", ["localhost:8761", "127.0.0.1", "[::1]:8761", "127.0.0.2"])
+    async def test_loopback_names_are_answered(self, client, host):
+        assert 200 == (await client.get("/eureka/apps", headers={"Host": host})).status

@@ -50,3 +50,7 @@ def test_an_ipv6_host_is_one_client_across_its_64(address, key):
 
 def test_retry_after_rounds_up_to_whole_seconds():
     assert ["1", "1", "2"] == [retry_after(w) for w in (0.01, 1.0, 1.2)]
+
+
+def test_an_ipv4_client_on_a_dual_stack_socket_keeps_its_own_bucket():
+    assert "10.0.0.5" == client_key("::ffff:10.0.0.5")

@@ -128,3 +128,8 @@ def test_credentials_come_from_the_environment_as_lists():
         settings.peer_credential,
     )
     assert "a:1" not in repr(settings) and "p:3" not in repr(settings)
+
+
+def test_peers_are_one_each_with_or_without_the_trailing_slash():
+    settings = Settings.load(None, {}, peers="http://a:8761/eureka, http://a:8761/eureka/")
+    assert ("http://a:8761/eureka/",) == settings.peers
