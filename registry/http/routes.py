@@ -97,8 +97,9 @@ def add_routes(app: web.Application) -> None:
         answered = from_this_site(answered, settings)
         return timed(answered, app[REQUESTS], endpoint, method)
 
+    table = routes(app)
     for prefix in PREFIXES:
-        for path, methods in routes(app).items():
+        for path, methods in table.items():
             # aiohttp's default segment pattern refuses braces; ids may contain them.
             pattern = prefix + re.sub(r"\{(\w+)\}", r"{\1:[^/]+}", path)
             _add(app, pattern, methods, wrap, path, "/eureka" + path)
