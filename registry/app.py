@@ -21,6 +21,7 @@ from registry.appkeys import (
     FEED,
     JOURNAL,
     LIMITER,
+    LOOP_LAG,
     NOTES,
     PRESERVATION,
     READS,
@@ -39,6 +40,7 @@ from registry.feed import KEEPALIVE, ChangeFeed
 from registry.gate import ReadGate
 from registry.http import add_routes
 from registry.journal import DeltaJournal
+from registry.loop_lag import LoopLag
 from registry.metrics import METRICS, InstanceCounts, collector_registry
 from registry.overrides import Note, OverrideNotes
 from registry.preservation import MINUTE, SelfPreservation
@@ -103,6 +105,7 @@ def create_app(
     app[STARTED_AT] = clock.monotonic()
     app[READS] = ReadGate()
     app[REQUESTS] = RequestStats()
+    app[LOOP_LAG] = LoopLag()
     app[LIMITER] = (
         FetchLimiter(rate=settings.fetch_rate_limit, burst=settings.fetch_burst)
         if settings.fetch_rate_limit
@@ -117,6 +120,7 @@ def create_app(
     app.cleanup_ctx.append(_evictor)
     app.cleanup_ctx.append(_journal_cleaner)
     app.cleanup_ctx.append(_keepalives)
+    app.cleanup_ctx.append(_loop_lag)
     app.cleanup_ctx.append(_peers(reload))
     return app
 
@@ -127,6 +131,13 @@ async def _keepalives(app: web.Application) -> AsyncIterator[None]:
     task = asyncio.create_task(run_every(app[CLOCK], KEEPALIVE, feed.beat, name="keepalive"))
     yield
     await cancel_and_wait(task)
+
+
+async def _loop_lag(app: web.Application) -> AsyncIterator[None]:
+    """Watch how late the event loop runs, for /metrics."""
+    app[LOOP_LAG].start()
+    yield
+    app[LOOP_LAG].stop()
 
 
 async def _end_watches(app: web.Application) -> None:

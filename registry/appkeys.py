@@ -11,6 +11,7 @@ from registry.core import Registry
 from registry.feed import ChangeFeed
 from registry.gate import ReadGate
 from registry.journal import DeltaJournal
+from registry.loop_lag import LoopLag
 from registry.overrides import OverrideNotes
 from registry.preservation import SelfPreservation
 from registry.ratelimit import FetchLimiter
@@ -35,3 +36,4 @@ STARTED_AT = web.AppKey("started_at", float)  # monotonic seconds, for uptime
 # Per-client fetch buckets; None when fetch_rate_limit is 0
 LIMITER: web.AppKey[FetchLimiter | None] = web.AppKey("limiter")
 REQUESTS = web.AppKey("requests", RequestStats)  # counts and latencies, for /metrics
+LOOP_LAG = web.AppKey("loop_lag", LoopLag)  # how late the event loop runs, for /metrics

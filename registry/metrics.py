@@ -8,12 +8,18 @@ and status with their latencies (registry/request_stats.py, well under a microse
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter
 from collections.abc import Iterator
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
 
 from registry.appkeys import (
@@ -22,11 +28,13 @@ from registry.appkeys import (
     FEED,
     JOURNAL,
     LIMITER,
+    LOOP_LAG,
     PRESERVATION,
     REGISTRY,
     REQUESTS,
     WRITER,
 )
+from registry.loop_lag import BOUNDS
 from registry.model import ActionType, ChangeEvent
 
 METRICS = web.AppKey("metrics", CollectorRegistry)  # this app's own Prometheus registry
@@ -102,6 +110,7 @@ class RegistryCollector(Collector):
             )
             yield _gauge("registry_fetch_clients", "Clients with a fetch bucket", len(limiter))
         yield from app[REQUESTS].collect()
+        yield from _loop_lag(app)
         yield from _peers(app)
         yield from _store(app)
 
@@ -128,6 +137,28 @@ def _peers(app: web.Application) -> Iterator[Metric]:
         for key, family in families.items():
             family.add_metric([peer["url"]], peer[key])
     yield from families.values()
+
+
+def _loop_lag(app: web.Application) -> Iterator[Metric]:
+    lag = app[LOOP_LAG]
+    cumulative, buckets = 0, []
+    for bound, count in zip((*BOUNDS, float("inf")), lag.buckets, strict=True):
+        cumulative += count
+        buckets.append((str(bound) if bound != float("inf") else "+Inf", cumulative))
+    yield HistogramMetricFamily(
+        "registry_event_loop_lag_seconds",
+        "How late the event loop ran a callback due every 10 ms",
+        buckets=buckets,
+        sum_value=lag.total,
+    )
+    yield _gauge(
+        "registry_event_loop_lag_recent_max_seconds",
+        "The longest event-loop lag in the last 10 seconds",
+        lag.recent_max(asyncio.get_running_loop().time()),
+    )
+    yield _gauge(
+        "registry_event_loop_lag_max_seconds", "The longest event-loop lag since start", lag.longest
+    )
 
 
 def _store(app: web.Application) -> Iterator[Metric]:

@@ -76,3 +76,14 @@ async def test_requests_are_counted_and_timed_by_endpoint_method_and_status(clie
     assert 0 < requests(m, heartbeat, "PUT", "200", "sum")
     labels = (("endpoint", heartbeat), ("le", "+Inf"), ("method", "PUT"), ("status", "200"))
     assert 3 == m[("registry_http_request_duration_seconds_bucket", labels)]
+
+
+async def test_the_event_loops_lateness_is_measured(client):
+    """The loop-lag histogram counts the monitor's looks; the maxima are in seconds."""
+    m = await scrape(client)
+    assert ("registry_event_loop_lag_seconds_count", ()) in m
+    assert m[("registry_event_loop_lag_max_seconds", ())] >= 0
+    assert (
+        m[("registry_event_loop_lag_seconds_bucket", (("le", "+Inf"),))]
+        == m[("registry_event_loop_lag_seconds_count", ())]
+    )
