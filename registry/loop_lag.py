@@ -59,10 +59,8 @@ class LoopLag:
     def recent_max(self, now: float) -> float:
         """The longest lateness seen in the last `WINDOW` seconds before `now`."""
         horizon = int(now) - WINDOW
-        return max(
-            (lag for lag, at in zip(self._second_max, self._second_at, strict=True) if at > horizon),
-            default=0.0,
-        )
+        recent = zip(self._second_max, self._second_at, strict=True)
+        return max((lag for lag, at in recent if at > horizon), default=0.0)
 
     @property
     def count(self) -> int:
