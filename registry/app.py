@@ -16,6 +16,7 @@ from peers.digest import DIGESTS, Digests
 from peers.sync import sync_at_start
 from registry.appkeys import (
     CACHE,
+    CATALOG,
     CLOCK,
     CLUSTER,
     FEED,
@@ -33,6 +34,7 @@ from registry.appkeys import (
     WRITER,
 )
 from registry.cache import ResponseCache
+from registry.catalog import Catalog
 from registry.clock import Clock, SystemClock
 from registry.core import Registry
 from registry.eviction import Evictor
@@ -50,13 +52,14 @@ from registry.settings import Settings
 from registry.store.restore import restore, restore_missing
 from registry.store.sqlite import OverrideGone, Snapshot
 from registry.store.writer import InstanceKey, StoreWriter
-from registry.tasks import cancel_and_wait, run_every
+from registry.tasks import Pacer, cancel_and_wait, run_every
 
 __all__ = ["CACHE", "CLOCK", "JOURNAL", "REGISTRY", "SETTINGS", "create_app"]
 
 log = structlog.get_logger()
 
 HOUR = 3600.0
+CATALOG_REFRESH = 1.0  # seconds between looks for encoded instances older than the max age
 
 
 Reload = Callable[[], Settings]
@@ -84,7 +87,9 @@ def create_app(
         recount_interval=settings.renewal_threshold_update_interval,
         accept_lasting_drop=settings.self_preservation_accept_lasting_drop,
     )
+    catalog = Catalog(registry, max_age=settings.response_cache_max_age)
     registry.subscribe(journal.record)
+    registry.subscribe(catalog.on_change)
     registry.subscribe(cache.invalidate)
     registry.subscribe(preservation.on_change)
     feed = ChangeFeed(registry, clock)
@@ -96,6 +101,7 @@ def create_app(
     app[REGISTRY] = registry
     app[JOURNAL] = journal
     app[CACHE] = cache
+    app[CATALOG] = catalog
     app[PRESERVATION] = preservation
     app[FEED] = feed
     app[WRITER] = None
@@ -293,18 +299,25 @@ async def _evictor(app: web.Application) -> AsyncIterator[None]:
 
 
 async def _journal_cleaner(app: web.Application) -> AsyncIterator[None]:
-    """Forgets old changes; refreshes the read-only cache layer when it is on."""
-    clock, journal, cache = app[CLOCK], app[JOURNAL], app[CACHE]
+    """Forgets old changes; encodes again what is older than the cache's maximum age;
+    refreshes the read-only cache layer when it is on."""
+    clock, journal, cache, catalog = app[CLOCK], app[JOURNAL], app[CACHE], app[CATALOG]
 
     def clean() -> None:
         if journal.purge(now_ms=clock.wall_ms()):
             cache.drop_delta()
 
+    async def refresh() -> None:
+        await catalog.refresh(
+            now=clock.monotonic(), refreshed=cache.drop_application, pacer=Pacer()
+        )
+
     settings = app[SETTINGS]
     tasks = [
         asyncio.create_task(
             run_every(clock, settings.delta_cleanup_interval, clean, name="journal_cleanup")
-        )
+        ),
+        asyncio.create_task(run_every(clock, CATALOG_REFRESH, refresh, name="catalog_refresh")),
     ]
     if settings.use_read_only_response_cache:
         tasks.append(

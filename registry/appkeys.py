@@ -6,6 +6,7 @@ from aiohttp import web
 
 from peers.cluster import Cluster
 from registry.cache import ResponseCache
+from registry.catalog import Catalog
 from registry.clock import Clock
 from registry.core import Registry
 from registry.feed import ChangeFeed
@@ -22,6 +23,7 @@ from registry.store.writer import StoreWriter
 REGISTRY = web.AppKey("registry", Registry)
 JOURNAL = web.AppKey("journal", DeltaJournal)
 CACHE = web.AppKey("cache", ResponseCache)
+CATALOG = web.AppKey("catalog", Catalog)  # every application's instances, encoded
 CLOCK = web.AppKey("clock", Clock)
 SETTINGS = web.AppKey("settings", Settings)
 READS = web.AppKey("reads", ReadGate)

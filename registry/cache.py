@@ -1,15 +1,16 @@
-"""Encoded fetch payloads, kept until a change touches what they hold (contract 10, 15).
+"""Fetch documents, kept until a change touches what they hold (contract 10, 15).
 
-Keys name what a payload depends on: the whole registry (`apps`), the delta, the changes since
-an index (`since`, for long-polls), one application, or a VIP. A change drops the whole-registry
-and delta payloads, its own application's, and those of the VIPs the instance had or has.
-Heartbeats change nothing here, so a cached payload's `lastRenewalTimestamp` values are as of
-the last change (and `max_age` old at most); every status, registration and cancel is visible on
-the next read.
+Keys name what a document depends on: the whole registry (`apps`), the delta, the changes
+since an index (`since`, for long-polls), one application, or a VIP. A change drops the
+whole-registry and delta documents, its own application's, and those of the VIPs the instance
+had or has. Heartbeats change nothing here, so a cached document's `lastRenewalTimestamp`
+values are as of the last change (and `max_age` old at most); every status, registration and
+cancel is visible on the next read.
 
-Payloads are built synchronously from the registry on a miss, so a build cannot interleave
-with a change, and concurrent readers of a missing payload get one build. Gzip, the slow part
-for a large registry, runs in a thread, once per payload however many clients ask at once.
+Documents are put together synchronously on a miss, so that cannot interleave with a change,
+and concurrent readers of a missing document get one. They are made of blocks kept by the
+catalog and the journal (registry/encoded.py), so a miss after a change costs what the change
+touched; a document's gzip form is made once, from its blocks' segments.
 
 Eureka's read-only layer is available (`read_only=True`): reads are then served from a copy
 that `refresh` brings up to date, every 30 s in Eureka, so a write takes that long to show.
@@ -17,10 +18,9 @@ that `refresh` brings up to date, every 30 s in Eureka, so a write takes that lo
 
 from __future__ import annotations
 
-import asyncio
-import gzip
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Callable, Collection, Hashable, Iterable
 
+from registry.encoded import Document
 from registry.model import ChangeEvent, InstanceInfo
 
 Key = tuple[Hashable, ...]
@@ -31,22 +31,9 @@ SINCE = "since"
 APP = "app"
 VIP = "vip"
 
-GZIP_LEVEL = 6
 # Long-poll answers kept at once. Pollers mostly wait at the same index, so a change is answered
 # from one build; answers for every index ever asked would hold the journal many times over.
 MAX_SINCE = 8
-
-
-class Payload:
-    """One cached document: its bytes, the registry index it shows, and its gzip form once made."""
-
-    __slots__ = ("body", "built_at", "gzipped", "index")
-
-    def __init__(self, body: bytes, index: int, built_at: float) -> None:
-        self.body = body
-        self.index = index
-        self.built_at = built_at
-        self.gzipped: bytes | None = None
 
 
 class ResponseCache:
@@ -55,47 +42,41 @@ class ResponseCache:
         do not rebuild documents, so it also bounds the age of their lastRenewalTimestamps."""
         self._max_age = max_age
         # One entry per key, so a cached read costs a single lookup.
-        self._entries: dict[Key, Payload] = {}
+        self._entries: dict[Key, Document] = {}
         # Which keys a change can touch, so dropping them never scans the whole cache.
         self._global: set[Key] = set()  # registry and delta payloads: every change
         self._by_app: dict[str, set[Key]] = {}  # per-application payloads
         self._by_vip: dict[str, set[Key]] = {}  # VIP payloads (both kinds), by VIP name
         self._since: dict[Key, None] = {}  # long-poll answers kept, oldest first
-        self._frozen: dict[Key, Payload] | None = {} if read_only else None
-        self._compressing: dict[Key, tuple[Payload, asyncio.Future[bytes]]] = {}
+        self._frozen: dict[Key, Document] | None = {} if read_only else None
         self.hits = 0
         self.misses = 0
 
     def get(
-        self,
-        key: Key,
-        build: Callable[[], bytes],
-        *,
-        now: float = 0.0,
-        index: int = 0,
-        keep: Callable[[], bool] | None = None,
-    ) -> Payload:
-        """The payload for `key`, built by `build` if it is not cached (or too old at `now`,
-        in monotonic seconds) and stamped with the registry `index`. A fresh build is kept
-        unless `keep` says otherwise."""
+        self, key: Key, build: Callable[[], Document | None], *, now: float = 0.0
+    ) -> Document | None:
+        """The document for `key`, built by `build` if it is not cached (or too old at `now`,
+        in monotonic seconds). None when `build` finds nothing to show, which is not kept:
+        names clients make up (VIPs no instance has) cannot fill memory."""
         frozen = self._frozen if key[0] != SINCE else None
         if frozen is not None and key in frozen:
             self.hits += 1
             return frozen[key]
-        payload = self._entries.get(key)
-        if payload is not None:
-            if self._max_age is None or now - payload.built_at <= self._max_age:
+        document = self._entries.get(key)
+        if document is not None:
+            if self._max_age is None or now - document.built_at <= self._max_age:
                 self.hits += 1
-                return payload
+                return document
             self._drop((key,))
         self.misses += 1
-        payload = Payload(build(), index, now)
-        if keep is None or keep():
-            self._entries[key] = payload
+        document = build()
+        if document is not None:
+            document.built_at = now
+            self._entries[key] = document
             self._index(key)
             if frozen is not None:
-                frozen[key] = payload
-        return payload
+                frozen[key] = document
+        return document
 
     def _index(self, key: Key) -> None:
         if key[0] == APP:
@@ -111,24 +92,6 @@ class ResponseCache:
                 del self._since[oldest]
                 self._drop((oldest,))
 
-    async def gzipped(self, key: Key, payload: Payload) -> bytes:
-        """`payload` (the one for `key`) gzip-compressed, compressed once and kept with it."""
-        if payload.gzipped is not None:
-            return payload.gzipped
-        in_flight = self._compressing.get(key)
-        if in_flight is None or in_flight[0] is not payload:
-            task = asyncio.ensure_future(asyncio.to_thread(gzip.compress, payload.body, GZIP_LEVEL))
-            task.add_done_callback(lambda _: self._forget(key, task))
-            in_flight = self._compressing[key] = (payload, task)
-        # Shielded: a waiting client that goes away must not cancel the others' compression.
-        payload.gzipped = await asyncio.shield(in_flight[1])
-        return payload.gzipped
-
-    def _forget(self, key: Key, task: asyncio.Future[bytes]) -> None:
-        in_flight = self._compressing.get(key)
-        if in_flight is not None and in_flight[1] is task:
-            del self._compressing[key]
-
     def invalidate(self, event: ChangeEvent) -> None:
         """Registry listener: drop every payload the change makes stale."""
         self._drop(self._global)
@@ -137,6 +100,16 @@ class ResponseCache:
         instance = event.lease.instance
         self._drop(self._by_app.pop(instance.app, ()))
         for name in _vip_names(instance) | _vip_names(event.previous):
+            self._drop(self._by_vip.pop(name, ()))
+
+    def drop_application(self, app: str, vips: Collection[str]) -> None:
+        """An application's instances were encoded anew (the catalog's refresh): drop the
+        documents that show them, but not the delta's, which show changes as they were."""
+        stale = {key for key in self._global if key[0] == APPS}
+        self._drop(stale)
+        self._global -= stale
+        self._drop(self._by_app.pop(app, ()))
+        for name in vips:
             self._drop(self._by_vip.pop(name, ()))
 
     def drop_delta(self) -> None:

@@ -15,13 +15,14 @@ from __future__ import annotations
 import dataclasses
 import secrets
 import types
+from collections import Counter
 from collections.abc import Callable, Collection, Iterator, Mapping
 from typing import Any, Protocol
 
 import structlog
 
 from registry.errors import StaleReplica, UnknownInstance
-from registry.hashcode import reconcile_hash
+from registry.hashcode import hash_of_counts
 from registry.model import (
     ActionType,
     ChangeEvent,
@@ -76,6 +77,8 @@ class Registry:
         self.registrations = 0
         self.cancels = 0
         self.evictions = 0
+        # Instances by status, kept by every change: the reconcile hash without a recount.
+        self._statuses: Counter[InstanceStatus] = Counter()
         self._hash = (-1, "")  # (index, reconcile hash at that index)
         self.outbox: Outbox | None = None
 
@@ -395,12 +398,9 @@ class Registry:
             yield from leases.values()
 
     def reconcile_hash(self) -> str:
-        """`apps__hashcode` of the whole registry; computed once per registry index."""
+        """`apps__hashcode` of the whole registry, from the counts every change keeps."""
         if self._hash[0] != self.index:
-            self._hash = (
-                self.index,
-                reconcile_hash(lease.instance.status for lease in self.leases()),
-            )
+            self._hash = (self.index, hash_of_counts(self._statuses))
         return self._hash[1]
 
     def overrides(self) -> Mapping[str, InstanceStatus]:
@@ -466,6 +466,10 @@ class Registry:
         self, action: ActionType, lease: Lease, now_ms: int, previous: InstanceInfo | None
     ) -> None:
         self.index += 1
+        if previous is not None:
+            self._statuses[previous.status] -= 1
+        if action is not ActionType.DELETED:
+            self._statuses[lease.instance.status] += 1
         event = ChangeEvent(
             action=action,
             lease=lease.snapshot(),

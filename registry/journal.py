@@ -3,42 +3,145 @@
 It subscribes to the registry's change events and keeps them for the retention window. Because
 every status change is an event here (heartbeat-made ones included), a client that applies the
 delta to its copy ends with the same statuses as the registry, so the reconcile hash matches.
+
+A delta lists the latest snapshot of every instance changed within the window, grouped by
+application; applications and instances come in the order of their first change in the
+window. During a deploy that is most of the registry, and it changes with every registration,
+so the grouping is kept as changes come and go rather than made again for each read: each
+change is encoded once (`Entry`), and each application's part of the delta is a block joined
+from its entries, joined again only when one of its instances changes or leaves the window.
 """
 
 from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterable
+from operator import attrgetter
 
-from registry.model import ActionType, ChangeEvent, LeaseSnapshot
+from registry.codec import Format, shape
+from registry.encoded import Block
+from registry.model import ActionType, ChangeEvent
+
+
+class Entry:
+    """One change as the journal keeps it: the event, its instance encoded once per format
+    when first asked, and the index of the next change of the same instance in the window."""
+
+    __slots__ = ("_json", "_xml", "event", "next_index")
+
+    def __init__(self, event: ChangeEvent) -> None:
+        self.event = event
+        self.next_index = 0  # 0: none yet
+        self._json: bytes | None = None
+        self._xml: bytes | None = None
+
+    def item(self, fmt: Format) -> bytes:
+        """The instance as an item of an application's instance list."""
+        if fmt is Format.JSON:
+            if self._json is None:
+                self._json = shape(fmt).instance_item(self.event.lease)
+            return self._json
+        if self._xml is None:
+            self._xml = shape(fmt).instance_item(self.event.lease)
+        return self._xml
+
+
+class _Member:
+    """An instance changed within the window: its first change there, and its latest."""
+
+    __slots__ = ("first", "latest")
+
+    def __init__(self, entry: Entry) -> None:
+        self.first = entry.event.index
+        self.latest = entry
+
+
+_by_first = attrgetter("first")
+
+
+class _Changed:
+    """An application's instances changed within the window, and its part of the delta."""
+
+    __slots__ = ("blocks", "first", "members")
+
+    def __init__(self) -> None:
+        self.members: dict[str, _Member] = {}  # instance id -> member
+        self.first = 0  # the index of the application's first change in the window; 0: stale
+        self.blocks: dict[Format, Block] = {}
+
+    def touched(self) -> None:
+        self.first = 0
+        self.blocks.clear()
+
+    def first_index(self) -> int:
+        if not self.first:
+            self.first = min(member.first for member in self.members.values())
+        return self.first
+
+    def block(self, app: str, fmt: Format) -> Block:
+        block = self.blocks.get(fmt)
+        if block is None:
+            codec = shape(fmt)
+            members = sorted(self.members.values(), key=_by_first)
+            items = [member.latest.item(fmt) for member in members]
+            block = self.blocks[fmt] = Block(codec.SEPARATOR + codec.application_block(app, items))
+        return block
 
 
 class DeltaJournal:
     def __init__(self, *, retention_ms: int) -> None:
         self.retention_ms = retention_ms
-        self._events: deque[ChangeEvent] = deque()
+        self._entries: deque[Entry] = deque()
+        self._changed: dict[str, _Changed] = {}  # by application
         self.forgotten_index = 0  # the index of the newest change purged
 
     def record(self, event: ChangeEvent) -> None:
         """Registry listener: remember one change."""
-        self._events.append(event)
+        entry = Entry(event)
+        self._entries.append(entry)
+        instance = event.lease.instance
+        changed = self._changed.get(instance.app)
+        if changed is None:
+            changed = self._changed[instance.app] = _Changed()
+        member = changed.members.get(instance.instance_id)
+        if member is None:
+            changed.members[instance.instance_id] = _Member(entry)
+        else:
+            member.latest.next_index = event.index
+            member.latest = entry
+        changed.touched()
 
     def purge(self, *, now_ms: int) -> int:
         """Forget changes older than the retention window; returns how many went."""
         horizon = now_ms - self.retention_ms
+        entries = self._entries
         purged = 0
-        while self._events and self._events[0].at_ms < horizon:
-            self.forgotten_index = self._events.popleft().index
+        while entries and entries[0].event.at_ms < horizon:
+            entry = entries.popleft()
+            self.forgotten_index = entry.event.index
+            self._forget(entry)
             purged += 1
         return purged
 
-    def recent(self, *, now_ms: int) -> list[tuple[str, list[LeaseSnapshot]]]:
-        """The latest snapshot of every instance changed within the window, grouped by app.
+    def _forget(self, entry: Entry) -> None:
+        # The oldest change in the window is its instance's first there.
+        instance = entry.event.lease.instance
+        changed = self._changed[instance.app]
+        if entry.next_index:
+            changed.members[instance.instance_id].first = entry.next_index
+        else:
+            del changed.members[instance.instance_id]
+            if not changed.members:
+                del self._changed[instance.app]
+                return
+        changed.touched()
 
-        Applications and instances come in the order of their first change in the window.
-        """
+    def delta_blocks(self, fmt: Format, *, now_ms: int) -> list[Block]:
+        """The delta's application blocks, in order, after forgetting what is too old; in
+        JSON each starts with the separator (see `Catalog.block`)."""
         self.purge(now_ms=now_ms)
-        return _grouped(self._events)
+        apps = sorted(self._changed.items(), key=lambda item: item[1].first_index())
+        return [changed.block(app, fmt) for app, changed in apps]
 
     def forget_through(self, index: int) -> None:
         """Treat every change up to `index` as forgotten (those of a run before a restart)."""
@@ -47,41 +150,50 @@ class DeltaJournal:
     def after(self, index: int) -> list[ChangeEvent] | None:
         """The changes after registry index `index`, oldest first; None when some of them
         have been forgotten already, so only a full fetch can catch up."""
+        entries = self._entries_after(index)
+        return None if entries is None else [entry.event for entry in entries]
+
+    def since(self, index: int) -> list[tuple[str, list[Entry]]] | None:
+        """The latest entry of every instance changed after `index`, grouped as a delta
+        groups them (None: forgotten, as `after`)."""
+        entries = self._entries_after(index)
+        return None if entries is None else grouped(entries)
+
+    def _entries_after(self, index: int) -> list[Entry] | None:
         if index < self.forgotten_index:
             return None
-        newer: list[ChangeEvent] = []
-        for event in reversed(self._events):  # from the newest: usually only a few to take
-            if event.index <= index:
+        newer: list[Entry] = []
+        for entry in reversed(self._entries):  # from the newest: usually only a few to take
+            if entry.event.index <= index:
                 break
-            newer.append(event)
+            newer.append(entry)
         newer.reverse()
         return newer
-
-    def since(self, index: int) -> list[tuple[str, list[LeaseSnapshot]]] | None:
-        """Like `recent`, for the changes after `index` only (None: forgotten, as `after`)."""
-        events = self.after(index)
-        return None if events is None else _grouped(events)
 
     def deleted(self, app: str) -> dict[str, int]:
         """Instance id -> when it was last removed, for the instances of `app` removed within
         the window (so anti-entropy does not bring back what was just cancelled here)."""
+        changed = self._changed.get(app)
+        if changed is None:
+            return {}
         return {
-            event.lease.instance.instance_id: event.at_ms
-            for event in self._events
-            if event.action is ActionType.DELETED and event.lease.instance.app == app
+            iid: member.latest.event.at_ms
+            for iid, member in changed.members.items()
+            if member.latest.event.action is ActionType.DELETED
         }
 
     def __len__(self) -> int:
-        return len(self._events)
+        return len(self._entries)
 
 
-def _grouped(events: Iterable[ChangeEvent]) -> list[tuple[str, list[LeaseSnapshot]]]:
-    """The latest snapshot of each instance in `events`, grouped by app in first-seen order."""
-    latest: dict[tuple[str, str], LeaseSnapshot] = {}
-    for event in events:
-        instance = event.lease.instance
-        latest[(instance.app, instance.instance_id)] = event.lease
-    grouped: dict[str, list[LeaseSnapshot]] = {}
-    for (app, _), snapshot in latest.items():
-        grouped.setdefault(app, []).append(snapshot)
-    return list(grouped.items())
+def grouped(entries: Iterable[Entry]) -> list[tuple[str, list[Entry]]]:
+    """The latest entry of each instance in `entries`, grouped by application; applications
+    and instances in the order of their first change."""
+    latest: dict[tuple[str, str], Entry] = {}
+    for entry in entries:
+        instance = entry.event.lease.instance
+        latest[(instance.app, instance.instance_id)] = entry
+    by_app: dict[str, list[Entry]] = {}
+    for (app, _), entry in latest.items():
+        by_app.setdefault(app, []).append(entry)
+    return list(by_app.items())

@@ -1,71 +1,102 @@
-"""The fetch documents, built from the registry in one synchronous step.
+"""The fetch documents, put together from encoded pieces in one synchronous step.
 
-Because nothing can change the registry while one of these runs, every payload and its
-`apps__hashcode` describe the same state. The response cache keeps what these return.
+Because nothing can change the registry while one of these runs, every document and its
+`apps__hashcode` describe the same state. A document is a list of blocks kept elsewhere: the
+applications' blocks (the catalog), the delta's (the journal), or items joined for a small
+document (an application's instances, a VIP's, a long-poll's changes). Putting one together
+costs what changed since the last time, not what the registry holds. The response cache keeps
+what these return.
 """
 
 from __future__ import annotations
 
-from registry.codec import Format, encode_application, encode_applications
+from collections.abc import Iterable
+
+from registry.catalog import Catalog
+from registry.codec import Format, shape
 from registry.core import Registry
+from registry.encoded import Block, Document
 from registry.hashcode import reconcile_hash
-from registry.journal import DeltaJournal
-from registry.model import Lease, LeaseSnapshot
+from registry.journal import DeltaJournal, Entry
+from registry.model import InstanceStatus
 
 # A full fetch always says "1": clients treat "-1" as "never fetch deltas" (contract 9.3).
 FULL_FETCH_VERSION = "1"
 VIP_VERSION = "-1"
+_TAILS = {fmt: Block(shape(fmt).APPLICATIONS_TAIL) for fmt in Format}  # compressed once
 
 
-def full_registry(registry: Registry, fmt: Format) -> bytes:
+def full_registry(registry: Registry, catalog: Catalog, fmt: Format, *, now: float) -> Document:
     """Every application with all its instances, expired-but-not-evicted included."""
-    return encode_applications(
-        fmt,
-        registry.applications(),
-        version=FULL_FETCH_VERSION,
-        hashcode=registry.reconcile_hash(),
-    )
+    blocks = [catalog.block(name, fmt, now=now) for name, _ in registry.applications()]
+    return _applications(registry, fmt, blocks, FULL_FETCH_VERSION)
 
 
-def delta(registry: Registry, journal: DeltaJournal, fmt: Format, *, now_ms: int) -> bytes:
+def delta(registry: Registry, journal: DeltaJournal, fmt: Format, *, now_ms: int) -> Document:
     """Recent changes, versioned by the registry index, hashed over the whole registry."""
-    return encode_applications(
-        fmt,
-        journal.recent(now_ms=now_ms),
-        version=str(registry.index),
-        hashcode=registry.reconcile_hash(),
-    )
+    blocks = journal.delta_blocks(fmt, now_ms=now_ms)
+    return _applications(registry, fmt, blocks, str(registry.index))
 
 
-def changes(
-    registry: Registry, changed: list[tuple[str, list[LeaseSnapshot]]], fmt: Format
-) -> bytes:
+def changes(registry: Registry, changed: list[tuple[str, list[Entry]]], fmt: Format) -> Document:
     """A delta of the changes a long-poll asked for, versioned and hashed like `delta`."""
-    return encode_applications(
-        fmt, changed, version=str(registry.index), hashcode=registry.reconcile_hash()
-    )
+    codec = shape(fmt)
+    blocks = [
+        Block(codec.SEPARATOR + codec.application_block(app, [e.item(fmt) for e in entries]))
+        for app, entries in changed
+    ]
+    return _applications(registry, fmt, blocks, str(registry.index))
 
 
-def application(registry: Registry, name: str, fmt: Format) -> bytes:
-    return encode_application(fmt, name, registry.application(name))
+def application(
+    registry: Registry, catalog: Catalog, name: str, fmt: Format, *, now: float
+) -> Document:
+    codec = shape(fmt)
+    block = catalog.block(name, fmt, now=now)
+    if fmt is Format.JSON:
+        block = block.rest()
+    blocks = [Block(codec.APPLICATION_HEAD), block, Block(codec.APPLICATION_TAIL)]
+    return Document([b for b in blocks if len(b)], registry.index)
 
 
-def vip_matches(registry: Registry, address: str, *, secure: bool) -> list[tuple[str, list[Lease]]]:
-    """Each application's instances whose comma-separated (secure) VIP address names `address`."""
-    matches: list[tuple[str, list[Lease]]] = []
-    for name, leases in registry.applications():
-        chosen = [lease for lease in leases if address in _vips(lease, secure)]
+def vip(
+    registry: Registry, catalog: Catalog, address: str, fmt: Format, *, secure: bool, now: float
+) -> Document | None:
+    """The instances whose comma-separated (secure) VIP address names `address`, by
+    application, hashed over its own content; None when no instance has it."""
+    codec = shape(fmt)
+    blocks: list[Block] = []
+    statuses: list[InstanceStatus] = []
+    for name in catalog.vip_applications(address, secure=secure):
+        items = catalog.items(name, fmt, now=now)
+        chosen: list[bytes] = []
+        for lease in registry.application(name):
+            instance = lease.instance
+            vips = instance.secure_vip_address if secure else instance.vip_address
+            if vips and address in vips.split(","):
+                chosen.append(items[instance.instance_id])
+                statuses.append(instance.status)
         if chosen:
-            matches.append((name, chosen))
-    return matches
+            blocks.append(Block(codec.SEPARATOR + codec.application_block(name, chosen)))
+    if not blocks:
+        return None
+    head = codec.applications_head(version=VIP_VERSION, hashcode=reconcile_hash(statuses))
+    return _document(registry, fmt, head, blocks)
 
 
-def vip(matches: list[tuple[str, list[Lease]]], fmt: Format) -> bytes:
-    """The VIP document of `matches`, hashed over its own content."""
-    hashcode = reconcile_hash(lease.instance.status for _, chosen in matches for lease in chosen)
-    return encode_applications(fmt, matches, version=VIP_VERSION, hashcode=hashcode)
+def no_vip(registry: Registry, fmt: Format) -> Document:
+    """The answer for a VIP no instance has: no applications."""
+    head = shape(fmt).applications_head(version=VIP_VERSION, hashcode="")
+    return _document(registry, fmt, head, [])
 
 
-def _vips(lease: Lease, secure: bool) -> list[str]:
-    address = lease.instance.secure_vip_address if secure else lease.instance.vip_address
-    return address.split(",") if address else []
+def _applications(registry: Registry, fmt: Format, blocks: list[Block], version: str) -> Document:
+    head = shape(fmt).applications_head(version=version, hashcode=registry.reconcile_hash())
+    return _document(registry, fmt, head, blocks)
+
+
+def _document(registry: Registry, fmt: Format, head: bytes, blocks: Iterable[Block]) -> Document:
+    parts = list(blocks)
+    if parts and fmt is Format.JSON:
+        parts[0] = parts[0].rest()  # no separator before the first application
+    return Document([Block(head), *parts, _TAILS[fmt]], registry.index)

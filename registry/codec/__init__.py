@@ -4,21 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from enum import Enum
+from typing import Protocol
 
 from registry.codec import json_codec, xml_codec
 from registry.codec.wire import instance_from_wire
 from registry.model import LeaseRecord
 
-__all__ = [
-    "Apps",
-    "Format",
-    "encode_application",
-    "encode_applications",
-    "encode_instance",
-    "instance_from_wire",
-]
-
-Apps = Iterable[tuple[str, Iterable[LeaseRecord]]]
+__all__ = ["Format", "Shape", "encode_instance", "instance_from_wire", "shape"]
 
 
 class Format(Enum):
@@ -34,19 +26,24 @@ class Format(Enum):
         return self.value
 
 
+class Shape(Protocol):
+    """How one format writes documents in pieces (json_codec and xml_codec both are one)."""
+
+    SEPARATOR: bytes  # between two items of a list
+    APPLICATIONS_TAIL: bytes
+    APPLICATION_HEAD: bytes  # around one application's block: GET apps/{app}
+    APPLICATION_TAIL: bytes
+
+    def instance_item(self, lease: LeaseRecord) -> bytes: ...
+    def applications_head(self, *, version: str, hashcode: str) -> bytes: ...
+    def application_block(self, name: str, items: Iterable[bytes]) -> bytes: ...
+
+
+def shape(fmt: Format) -> Shape:
+    return json_codec if fmt is Format.JSON else xml_codec
+
+
 def encode_instance(fmt: Format, lease: LeaseRecord) -> bytes:
     if fmt is Format.JSON:
         return json_codec.encode_instance(lease)
     return xml_codec.encode_instance(lease)
-
-
-def encode_application(fmt: Format, name: str, leases: Iterable[LeaseRecord]) -> bytes:
-    if fmt is Format.JSON:
-        return json_codec.encode_application(name, leases)
-    return xml_codec.encode_application(name, leases)
-
-
-def encode_applications(fmt: Format, apps: Apps, *, version: str, hashcode: str) -> bytes:
-    if fmt is Format.JSON:
-        return json_codec.encode_applications(apps, version=version, hashcode=hashcode)
-    return xml_codec.encode_applications(apps, version=version, hashcode=hashcode)

@@ -13,8 +13,6 @@ from registry.model import LeaseRecord
 
 EMPTY_MAP = {"@class": "java.util.Collections$EmptyMap"}
 
-Apps = Iterable[tuple[str, Iterable[LeaseRecord]]]
-
 
 def decode(body: bytes) -> Any:
     """Parse a JSON body; BadInput when it is not JSON."""
@@ -25,27 +23,36 @@ def decode(body: bytes) -> Any:
 
 
 def encode_instance(lease: LeaseRecord) -> bytes:
-    return orjson.dumps({"instance": instance_dict(lease)})
+    return b'{"instance":' + instance_item(lease) + b"}"
 
 
-def encode_application(name: str, leases: Iterable[LeaseRecord]) -> bytes:
-    return orjson.dumps({"application": application_dict(name, leases)})
+# A document is assembled from pieces encoded once each: the applications' head (version and
+# hashcode), application blocks, each a name and instance items, and the tail. The pieces
+# join into exactly what orjson writes for the whole document as one dict.
+SEPARATOR = b","
+APPLICATIONS_TAIL = b"]}}"
+APPLICATION_HEAD = b'{"application":'  # around an application's block, for GET apps/{app}
+APPLICATION_TAIL = b"}"
 
 
-def encode_applications(apps: Apps, *, version: str, hashcode: str) -> bytes:
-    return orjson.dumps(
-        {
-            "applications": {
-                "versions__delta": version,
-                "apps__hashcode": hashcode,
-                "application": [application_dict(name, leases) for name, leases in apps],
-            }
-        }
+def instance_item(lease: LeaseRecord) -> bytes:
+    """One instance as an element of an application's `instance` list."""
+    return orjson.dumps(instance_dict(lease))
+
+
+def applications_head(*, version: str, hashcode: str) -> bytes:
+    return (
+        b'{"applications":{"versions__delta":'
+        + orjson.dumps(version)
+        + b',"apps__hashcode":'
+        + orjson.dumps(hashcode)
+        + b',"application":['
     )
 
 
-def application_dict(name: str, leases: Iterable[LeaseRecord]) -> dict[str, Any]:
-    return {"name": name, "instance": [instance_dict(lease) for lease in leases]}
+def application_block(name: str, items: Iterable[bytes]) -> bytes:
+    """One application of an `application` list, from its encoded instance items."""
+    return b'{"name":' + orjson.dumps(name) + b',"instance":[' + b",".join(items) + b"]}"
 
 
 def instance_dict(lease: LeaseRecord) -> dict[str, Any]:

@@ -21,8 +21,6 @@ from registry.codec.wire import optional_texts
 from registry.errors import BadInput
 from registry.model import LeaseRecord
 
-Apps = Iterable[tuple[str, Iterable[LeaseRecord]]]
-
 _PLAIN_NAME = re.compile(r"[A-Za-z][A-Za-z0-9.\-]*")
 _NAME_CHAR = re.compile(r"[A-Za-z0-9.\-]")
 _ESCAPED = re.compile(r"__|_-|_x([0-9a-f]+)_")
@@ -112,33 +110,33 @@ def _to_wire(element: Element, *, depth: int, is_map: bool) -> Any:
 
 
 def encode_instance(lease: LeaseRecord) -> bytes:
+    return instance_item(lease)
+
+
+# Documents are assembled from pieces as the JSON ones are (see json_codec).
+SEPARATOR = b""
+APPLICATIONS_TAIL = b"</applications>"
+APPLICATION_HEAD = b""  # GET apps/{app}: the application's block is the whole document
+APPLICATION_TAIL = b""
+
+
+def instance_item(lease: LeaseRecord) -> bytes:
     out: list[str] = []
     _instance(out, lease)
     return "".join(out).encode()
 
 
-def encode_application(name: str, leases: Iterable[LeaseRecord]) -> bytes:
-    out: list[str] = []
-    _application(out, name, leases)
-    return "".join(out).encode()
-
-
-def encode_applications(apps: Apps, *, version: str, hashcode: str) -> bytes:
-    out = [
+def applications_head(*, version: str, hashcode: str) -> bytes:
+    return (
         f"<applications><versions__delta>{escape(version)}</versions__delta>"
         f"<apps__hashcode>{escape(hashcode)}</apps__hashcode>"
-    ]
-    for name, leases in apps:
-        _application(out, name, leases)
-    out.append("</applications>")
-    return "".join(out).encode()
+    ).encode()
 
 
-def _application(out: list[str], name: str, leases: Iterable[LeaseRecord]) -> None:
-    out.append(f"<application><name>{escape(name)}</name>")
-    for lease in leases:
-        _instance(out, lease)
-    out.append("</application>")
+def application_block(name: str, items: Iterable[bytes]) -> bytes:
+    return (
+        f"<application><name>{escape(name)}</name>".encode() + b"".join(items) + b"</application>"
+    )
 
 
 def _instance(out: list[str], lease: LeaseRecord) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from registry import cache, payloads
-from registry.appkeys import CACHE, CLOCK, FEED, JOURNAL, READS, REGISTRY, SETTINGS
+from registry.appkeys import CACHE, CATALOG, CLOCK, FEED, JOURNAL, READS, REGISTRY, SETTINGS
 from registry.codec import encode_instance
 from registry.core import Registry
 from registry.errors import IndexExpired, NotServed, UnknownApplication
@@ -23,10 +23,13 @@ MAX_WAIT = 300.0  # seconds a long-poll is held at most; longer waits are cut to
 async def full_registry(request: web.Request) -> web.Response:
     """GET apps"""
     request.app[READS].check()
-    registry = request.app[REGISTRY]
+    registry, catalog, clock = request.app[REGISTRY], request.app[CATALOG], request.app[CLOCK]
     fmt = response_format(request)
     return await cached_payload(
-        request, (cache.APPS,), fmt, lambda: payloads.full_registry(registry, fmt)
+        request,
+        (cache.APPS,),
+        fmt,
+        lambda: payloads.full_registry(registry, catalog, fmt, now=clock.monotonic()),
     )
 
 
@@ -65,7 +68,10 @@ async def delta(request: web.Request) -> web.Response:
     if changed is None:  # the wait outlasted the journal's memory of index `since`
         raise IndexExpired(forgotten(journal, since))
     return await cached_payload(
-        request, (cache.SINCE, since), fmt, lambda: payloads.changes(registry, changed, fmt)
+        request,
+        (cache.SINCE, since),
+        fmt,
+        lambda: payloads.changes(registry, changed, fmt),
     )
 
 
@@ -95,12 +101,15 @@ async def application(request: web.Request) -> web.Response:
     """GET apps/{app}"""
     request.app[READS].check()
     name = params.app_name(request)
-    registry = request.app[REGISTRY]
+    registry, catalog, clock = request.app[REGISTRY], request.app[CATALOG], request.app[CLOCK]
     if not registry.application(name):
         raise UnknownApplication(f"no instance of application {name!r} is registered")
     fmt = response_format(request)
     return await cached_payload(
-        request, (cache.APP, name), fmt, lambda: payloads.application(registry, name, fmt)
+        request,
+        (cache.APP, name),
+        fmt,
+        lambda: payloads.application(registry, catalog, name, fmt, now=clock.monotonic()),
     )
 
 
@@ -138,16 +147,12 @@ def _instance_payload(request: web.Request, lease: Lease) -> web.Response:
 async def _vip_payload(request: web.Request, *, secure: bool) -> web.Response:
     request.app[READS].check()
     address = request.match_info["vip"]
-    registry = request.app[REGISTRY]
+    registry, catalog, clock = request.app[REGISTRY], request.app[CATALOG], request.app[CLOCK]
     fmt = response_format(request)
-    found: list[tuple[str, list[Lease]]] = []
-
-    def build() -> bytes:
-        found.extend(payloads.vip_matches(registry, address, secure=secure))
-        return payloads.vip(found, fmt)
-
-    # A VIP no instance has is answered but not kept, so names clients make up cannot fill
-    # memory; the cache cannot tell them apart from real VIPs before building.
     return await cached_payload(
-        request, (cache.VIP, secure, address), fmt, build, keep=lambda: bool(found)
+        request,
+        (cache.VIP, secure, address),
+        fmt,
+        lambda: payloads.vip(registry, catalog, address, fmt, secure=secure, now=clock.monotonic()),
+        otherwise=lambda: payloads.no_vip(registry, fmt),
     )

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from aiohttp import hdrs, web
+from aiohttp.abc import AbstractStreamWriter
+from aiohttp.payload import Payload
 
-from registry.appkeys import CACHE, CLOCK, REGISTRY
+from registry.appkeys import CACHE, CLOCK
 from registry.cache import Key
 from registry.codec import Format, json_codec, xml_codec
 from registry.codec.wire import INDEX_HEADER
+from registry.encoded import Document
 from registry.errors import BadInput, UnsupportedMediaType
 
 _READABLE_CHARSETS = (None, "utf-8", "utf8", "iso-8859-1")
@@ -27,26 +30,52 @@ async def cached_payload(
     request: web.Request,
     key: Key,
     fmt: Format,
-    build: Callable[[], bytes],
+    build: Callable[[], Document | None],
     *,
-    keep: Callable[[], bool] | None = None,
+    otherwise: Callable[[], Document] | None = None,
 ) -> web.Response:
-    """A cached document (built by `build` on a miss), with its cached gzip form when asked.
+    """A cached document (put together by `build` on a miss), gzipped when asked.
 
     Its `X-Registry-Index` is the index the document shows, which is older than the registry's
-    when Eureka's read-only cache layer serves it.
+    when Eureka's read-only cache layer serves it. When `build` finds nothing to show, the
+    answer is what `otherwise` makes, not kept (a VIP no instance has).
     """
-    state, full_key = request.app, (*key, fmt)
-    cache = state[CACHE]
-    cached = cache.get(
-        full_key, build, now=state[CLOCK].monotonic(), index=state[REGISTRY].index, keep=keep
-    )
-    headers = {INDEX_HEADER: str(cached.index)}
+    state = request.app
+    document = state[CACHE].get((*key, fmt), build, now=state[CLOCK].monotonic())
+    if document is None:
+        if otherwise is None:
+            raise RuntimeError(f"nothing to answer for {key}")
+        document = otherwise()
+    headers = {INDEX_HEADER: str(document.index)}
     if "gzip" in request.headers.get(hdrs.ACCEPT_ENCODING, ""):
         headers[hdrs.CONTENT_ENCODING] = "gzip"
-        compressed = cached.gzipped or await cache.gzipped(full_key, cached)
-        return web.Response(body=compressed, content_type=fmt.content_type, headers=headers)
-    return web.Response(body=cached.body, content_type=fmt.content_type, headers=headers)
+        pieces = await document.gzipped()
+        body = Pieces(pieces, sum(len(piece) for piece in pieces), fmt.content_type)
+    else:
+        body = Pieces(document.pieces(), document.size, fmt.content_type)
+    return web.Response(body=body, headers=headers)
+
+
+class Pieces(Payload):
+    """A response body sent as the pieces it is kept in: no copy into one buffer, and the
+    transport's flow control between pieces, so a large document never holds up the loop."""
+
+    def __init__(self, pieces: Sequence[bytes | memoryview], size: int, content_type: str) -> None:
+        super().__init__(pieces, content_type=content_type)
+        self._pieces = pieces
+        self._size = size
+
+    def decode(self, encoding: str = "utf-8", errors: str = "strict") -> str:
+        return b"".join(self._pieces).decode(encoding, errors)
+
+    async def write(self, writer: AbstractStreamWriter) -> None:
+        for piece in self._pieces:
+            await writer.write(piece)
+
+    async def write_with_length(
+        self, writer: AbstractStreamWriter, content_length: int | None
+    ) -> None:
+        await self.write(writer)  # the length is always the whole: no ranges here
 
 
 def payload(request: web.Request, fmt: Format, body: bytes, *, status: int = 200) -> web.Response:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import gzip
 
 import pytest
@@ -10,6 +9,7 @@ import pytest
 from registry.appkeys import CACHE
 from registry.cache import APP, APPS, DELTA, MAX_SINCE, SINCE, VIP, ResponseCache
 from registry.core import Registry
+from registry.encoded import Document
 from tests.helpers import JSON, register
 from tests.registry.test_core import T0, make
 
@@ -23,8 +23,9 @@ class TestGet:
     def test_builds_once_then_hits(self, cache):
         """A payload is built on the first read only."""
         builds = []
+        build = lambda: builds.append(1) or Document.of(b"x")  # noqa: E731
         for _ in range(3):
-            assert b"x" == cache.get((APPS, "json"), lambda: builds.append(1) or b"x").body
+            assert b"x" == cache.get((APPS, "json"), build).body
         assert (1, 1, 2) == (len(builds), cache.misses, cache.hits)
 
 
@@ -45,7 +46,7 @@ class TestInvalidate:
             (VIP, False, "payments"),
         ]
         for key in keys:
-            cache.get(key, lambda: b"old")
+            cache.get(key, lambda: Document.of(b"old"))
         registry.register(make(app="ORDERS", vip_address="orders"), now_ms=T0)
         assert [(APP, "PAYMENTS"), (VIP, False, "payments")] == list(cache._entries)
 
@@ -55,7 +56,7 @@ class TestInvalidate:
         registry.register(make(vip_address="blue,red"), now_ms=T0)
         registry.subscribe(cache.invalidate)
         for vip in ("blue", "red", "green", "yellow"):
-            cache.get((VIP, False, vip), lambda: b"old")
+            cache.get((VIP, False, vip), lambda: Document.of(b"old"))
         registry.register(make(vip_address="green"), now_ms=T0 + 1)
         assert [(VIP, False, "yellow")] == list(cache._entries)
 
@@ -64,14 +65,14 @@ class TestInvalidate:
         registry = Registry()
         registry.register(make(), now_ms=T0)
         registry.subscribe(cache.invalidate)
-        cache.get((APPS,), lambda: b"payload")
+        cache.get((APPS,), lambda: Document.of(b"payload"))
         registry.renew("ORDERS", "i-1", now_ms=T0 + 1)
         assert 1 == len(cache)
 
     def test_drop_delta_keeps_the_rest(self, cache):
         """Forgetting old changes drops only delta payloads."""
-        cache.get((APPS,), lambda: b"a")
-        cache.get((DELTA,), lambda: b"d")
+        cache.get((APPS,), lambda: Document.of(b"a"))
+        cache.get((DELTA,), lambda: Document.of(b"d"))
         cache.drop_delta()
         assert [(APPS,)] == list(cache._entries)
 
@@ -82,13 +83,13 @@ class TestMaxAge:
         cache = ResponseCache(max_age=30)
         builds = []
         for now in (0.0, 29.0, 31.0):
-            cache.get((APPS,), lambda: builds.append(1) or b"x", now=now)
+            cache.get((APPS,), lambda: builds.append(1) or Document.of(b"x"), now=now)
         assert 2 == len(builds)
 
-    def test_keep_false_answers_without_storing(self):
-        """A document its caller says not to keep is returned but not cached."""
+    def test_nothing_to_show_is_not_stored(self):
+        """A build that finds nothing (a VIP no instance has) is not cached."""
         cache = ResponseCache()
-        assert b"x" == cache.get((VIP, False, "nobody"), lambda: b"x", keep=lambda: False).body
+        assert None is cache.get((VIP, False, "nobody"), lambda: None)
         assert 0 == len(cache)
 
 
@@ -98,28 +99,28 @@ class TestReadOnlyLayer:
         cache = ResponseCache(read_only=True)
         registry = Registry()
         registry.subscribe(cache.invalidate)
-        assert b"v1" == cache.get((APPS,), lambda: b"v1", index=1).body
+        assert b"v1" == cache.get((APPS,), lambda: Document.of(b"v1", 1)).body
         registry.register(make(), now_ms=T0)
-        assert b"v1" == cache.get((APPS,), lambda: b"v2", index=2).body
+        assert b"v1" == cache.get((APPS,), lambda: Document.of(b"v2", 2)).body
         cache.refresh(now=0.0)
-        fresh = cache.get((APPS,), lambda: b"v2", index=2)
+        fresh = cache.get((APPS,), lambda: Document.of(b"v2", 2))
         assert (b"v2", 2) == (fresh.body, fresh.index)
-        assert b"v2" == cache.get((APPS,), lambda: b"v3", index=3).body
+        assert b"v2" == cache.get((APPS,), lambda: Document.of(b"v3", 3)).body
 
     def test_documents_past_max_age_are_rebuilt_at_the_refresh(self):
         """Heartbeats change no document: max_age still bounds how old one can be."""
         cache = ResponseCache(read_only=True, max_age=30)
-        cache.get((APPS,), lambda: b"v1", now=0.0)
+        cache.get((APPS,), lambda: Document.of(b"v1"), now=0.0)
         cache.refresh(now=20.0)
-        assert b"v1" == cache.get((APPS,), lambda: b"v2", now=25.0).body
+        assert b"v1" == cache.get((APPS,), lambda: Document.of(b"v2"), now=25.0).body
         cache.refresh(now=31.0)
-        assert b"v2" == cache.get((APPS,), lambda: b"v2", now=32.0).body
+        assert b"v2" == cache.get((APPS,), lambda: Document.of(b"v2"), now=32.0).body
 
     def test_only_a_few_long_poll_answers_are_kept(self):
         """Answers for many different indexes do not pile up between changes."""
         cache = ResponseCache()
         for index in range(100):
-            cache.get((SINCE, index), lambda: b"x" * 1000)
+            cache.get((SINCE, index), lambda: Document.of(b"x" * 1000))
         assert MAX_SINCE == len(cache)
         assert [(SINCE, i) for i in range(100 - MAX_SINCE, 100)] == list(cache._entries)
 
@@ -127,47 +128,9 @@ class TestReadOnlyLayer:
         cache = ResponseCache(read_only=True)
         registry = Registry()
         registry.subscribe(cache.invalidate)
-        cache.get((SINCE, 0), lambda: b"v1")
+        cache.get((SINCE, 0), lambda: Document.of(b"v1"))
         registry.register(make(), now_ms=T0)
-        assert b"v2" == cache.get((SINCE, 0), lambda: b"v2").body
-
-
-class TestGzip:
-    async def test_concurrent_readers_compress_once(self, cache, monkeypatch):
-        """Many clients asking at once share one compression."""
-        calls = []
-        real = gzip.compress
-        monkeypatch.setattr(
-            gzip, "compress", lambda data, level: calls.append(1) or real(data, level)
-        )
-        body = cache.get((APPS,), lambda: b"payload" * 100)
-        results = await asyncio.gather(*(cache.gzipped((APPS,), body) for _ in range(5)))
-        assert {b"payload" * 100} == {gzip.decompress(r) for r in results}
-        assert 1 == len(calls)
-        await cache.gzipped((APPS,), body)
-        assert 1 == len(calls)
-
-    async def test_a_cancelled_reader_does_not_cancel_the_others(self, cache):
-        """One client going away leaves the shared compression to the rest."""
-        body = cache.get((APPS,), lambda: b"payload" * 1000)
-        leaving = asyncio.ensure_future(cache.gzipped((APPS,), body))
-        staying = asyncio.ensure_future(cache.gzipped((APPS,), body))
-        await asyncio.sleep(0)
-        leaving.cancel()
-        assert b"payload" * 1000 == gzip.decompress(await staying)
-        assert b"payload" * 1000 == gzip.decompress(await cache.gzipped((APPS,), body))
-
-    async def test_stale_compression_is_not_kept(self, cache):
-        """A compression that finishes after a change dropped its payload is not cached."""
-        registry = Registry()
-        registry.subscribe(cache.invalidate)
-        body = cache.get((APPS,), lambda: b"old")
-        compressing = asyncio.ensure_future(cache.gzipped((APPS,), body))
-        await asyncio.sleep(0)
-        registry.register(make(), now_ms=T0)
-        new = cache.get((APPS,), lambda: b"new")
-        assert b"old" == gzip.decompress(await compressing)
-        assert b"new" == gzip.decompress(await cache.gzipped((APPS,), new))
+        assert b"v2" == cache.get((SINCE, 0), lambda: Document.of(b"v2")).body
 
 
 class TestOverHttp:

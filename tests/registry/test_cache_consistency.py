@@ -1,17 +1,21 @@
 """Stateful property: the cache never serves what a fresh build would not, and deltas add up.
 
-After any sequence of registrations, heartbeats (some with a differing lastDirtyTimestamp),
-cancels, overrides, metadata updates, time passing and evictions (all at once, or by the capped
-random sweep): every cached payload equals a freshly built one (heartbeats do not rebuild
-payloads, so `lastRenewalTimestamp` is the one field allowed to lag); a client that applies each
-delta to its copy computes the delta's own `apps__hashcode`; so does a long-polling client that
-asks for the changes after the index it last saw.
+After any sequence of registrations (in applications whose names differ only by case too),
+heartbeats (some with a differing lastDirtyTimestamp), cancels, overrides, metadata updates,
+time passing, evictions (all at once, or by the capped random sweep) and the catalog's refresh
+of old items: every cached document, put together from kept blocks, equals the same document
+encoded whole from the registry (tests/registry/reference.py), plain and gzip, with the hash
+counted afresh (heartbeats do not rebuild documents, so `lastRenewalTimestamp` is the one field
+allowed to lag); a client that applies each delta to its copy computes the delta's own
+`apps__hashcode`; so does a long-polling client that asks for the changes after the index it
+last saw.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import gzip
 import random
 import re
 from typing import Any
@@ -23,6 +27,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from registry import cache, payloads
 from registry.cache import ResponseCache
+from registry.catalog import Catalog
 from registry.clock import FakeClock
 from registry.codec import Format
 from registry.core import Registry
@@ -32,9 +37,12 @@ from registry.hashcode import reconcile_hash
 from registry.journal import DeltaJournal
 from registry.model import InstanceStatus
 from registry.preservation import SelfPreservation
+from registry.tasks import Pacer
+from tests.registry import reference
 from tests.registry.test_core import T0, evict_expired, make
 
-APPS = st.sampled_from(["ORDERS", "PAYMENTS"])
+APPS = st.sampled_from(["ORDERS", "PAYMENTS", "Orders"])
+MAX_AGE = 30
 IDS = st.sampled_from(["a", "b", "c"])
 VIPS = st.sampled_from(["blue", "green", "blue,green"])
 STATUSES = st.sampled_from(list(InstanceStatus))
@@ -67,7 +75,9 @@ class CachedRegistry(RuleBasedStateMachine):
         self.registry = Registry()
         self.journal = DeltaJournal(retention_ms=180_000)
         self.cache = ResponseCache()
+        self.catalog = Catalog(self.registry, max_age=MAX_AGE)
         self.registry.subscribe(self.journal.record)
+        self.registry.subscribe(self.catalog.on_change)
         self.registry.subscribe(self.cache.invalidate)
         self.client: dict[str, dict[str, str]] = {}  # app -> id -> status, kept by deltas
         self.poller: dict[str, dict[str, str]] = {}  # the same, kept by long-poll answers
@@ -130,30 +140,59 @@ class CachedRegistry(RuleBasedStateMachine):
         )
         asyncio.run(evictor.sweep())
 
+    @rule(seconds=st.integers(1, 40))
+    def time_passes_and_old_items_are_encoded_again(self, seconds: int) -> None:
+        self.now += seconds * 1000
+        asyncio.run(
+            self.catalog.refresh(
+                now=self.monotonic, refreshed=self.cache.drop_application, pacer=Pacer()
+            )
+        )
+
     # Reads ---------------------------------------------------------------------------------
+
+    @property
+    def monotonic(self) -> float:
+        return (self.now - T0) / 1000
 
     def served(self, key: tuple[Any, ...], build: Any) -> bytes:
         if key[0] == cache.DELTA and self.journal.purge(now_ms=self.now):
             self.cache.drop_delta()  # as the delta handler does before reading
-        return self.cache.get(key, build).body
+        document = self.cache.get(key, build, now=self.monotonic)
+        assert document is not None
+        gzipped = asyncio.run(document.gzipped())
+        assert document.body == gzip.decompress(b"".join(gzipped))
+        return document.body
 
     @invariant()
-    def cached_payloads_match_fresh_ones(self) -> None:
-        r, j = self.registry, self.journal
+    def cached_documents_match_whole_ones(self) -> None:
+        r, j, c, now = self.registry, self.journal, self.catalog, self.monotonic
         for fmt in Format:
-            builds = {
-                (cache.APPS, fmt): lambda f=fmt: payloads.full_registry(r, f),
-                (cache.DELTA, fmt): lambda f=fmt: payloads.delta(r, j, f, now_ms=self.now),
+            checks = {
+                (cache.APPS, fmt): (
+                    lambda f=fmt: payloads.full_registry(r, c, f, now=now),
+                    lambda f=fmt: reference.full(r, f),
+                ),
+                (cache.DELTA, fmt): (
+                    lambda f=fmt: payloads.delta(r, j, f, now_ms=self.now),
+                    lambda f=fmt: reference.delta(r, j, f, now_ms=self.now),
+                ),
             }
-            for vip in ("blue", "green"):
+            for vip in ("blue", "green", "nobody"):
                 for secure in (False, True):
-                    builds[(cache.VIP, secure, vip, fmt)] = lambda v=vip, s=secure, f=fmt: (
-                        payloads.vip(payloads.vip_matches(r, v, secure=s), f)
+                    checks[(cache.VIP, secure, vip, fmt)] = (
+                        lambda v=vip, s=secure, f=fmt: (
+                            payloads.vip(r, c, v, f, secure=s, now=now) or payloads.no_vip(r, f)
+                        ),
+                        lambda v=vip, s=secure, f=fmt: reference.vip(r, v, f, secure=s),
                     )
             for name, _ in r.applications():
-                builds[(cache.APP, name, fmt)] = lambda n=name, f=fmt: payloads.application(r, n, f)
-            for key, build in builds.items():
-                assert without_renewals(build()) == without_renewals(self.served(key, build))
+                checks[(cache.APP, name, fmt)] = (
+                    lambda n=name, f=fmt: payloads.application(r, c, n, f, now=now),
+                    lambda n=name, f=fmt: reference.application(r, n, f),
+                )
+            for key, (build, whole) in checks.items():
+                assert without_renewals(whole()) == without_renewals(self.served(key, build))
 
     @invariant()
     def a_client_applying_deltas_agrees_with_the_hash(self) -> None:
@@ -179,7 +218,10 @@ class CachedRegistry(RuleBasedStateMachine):
             return
         key = (cache.SINCE, self.poller_index, Format.JSON)
         build = lambda: payloads.changes(self.registry, changed, Format.JSON)  # noqa: E731
-        doc = orjson.loads(self.served(key, build))["applications"]
+        body = self.served(key, build)
+        events = self.journal.after(self.poller_index) or []
+        assert reference.changes(self.registry, events, Format.JSON) == body
+        doc = orjson.loads(body)["applications"]
         self.poller_index = int(doc["versions__delta"])
         assert doc["apps__hashcode"] == applied(doc, self.poller)
         assert self.registry.reconcile_hash() == doc["apps__hashcode"]

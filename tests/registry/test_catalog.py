@@ -1,0 +1,99 @@
+"""The catalog: each application's instances encoded once, re-encoded only where a change
+touched, kept fresh by its refresh; and the VIP index."""
+
+from __future__ import annotations
+
+from registry import payloads
+from registry.catalog import Catalog
+from registry.codec import Format
+from registry.core import Registry
+from registry.journal import DeltaJournal
+from registry.model import InstanceStatus
+from registry.tasks import Pacer
+from tests.registry.test_core import T0, make
+
+INSTANCES = 3_000
+APPS = 30
+
+
+def populated() -> tuple[Registry, Catalog]:
+    registry = Registry()
+    catalog = Catalog(registry, max_age=30)
+    registry.subscribe(catalog.on_change)
+    for n in range(INSTANCES):
+        app = f"APP{n % APPS}"
+        registry.register(make(f"i-{n}", app=app, vip_address=app.lower()), now_ms=T0, quiet=True)
+    return registry, catalog
+
+
+class TestCost:
+    def test_one_change_re_encodes_one_instance(self):
+        """At a few thousand instances, a registration costs one encoding per format read."""
+        registry, catalog = populated()
+        for fmt in Format:
+            payloads.full_registry(registry, catalog, fmt, now=0.0)
+        assert 2 * INSTANCES == catalog.encoded
+        registry.register(make("new", app="APP7"), now_ms=T0 + 1)
+        registry.set_status_override("APP3", "i-3", InstanceStatus.DOWN, now_ms=T0 + 1)
+        for fmt in Format:
+            payloads.full_registry(registry, catalog, fmt, now=1.0)
+            payloads.application(registry, catalog, "APP7", fmt, now=1.0)
+            payloads.vip(registry, catalog, "app3", fmt, secure=False, now=1.0)
+        assert 2 * INSTANCES + 2 * 2 == catalog.encoded
+
+    def test_untouched_applications_keep_their_blocks(self):
+        registry, catalog = populated()
+        before = payloads.full_registry(registry, catalog, Format.JSON, now=0.0).blocks
+        registry.cancel("APP5", "i-5", now_ms=T0 + 1)
+        after = payloads.full_registry(registry, catalog, Format.JSON, now=1.0).blocks
+        changed = [
+            n for n, (old, new) in enumerate(zip(before, after, strict=True)) if old is not new
+        ]
+        assert [0, 1 + 5] == changed  # the head (its hash), and APP5's block
+
+    def test_a_delta_of_every_instance_encodes_each_change_once(self):
+        """During a deploy the delta is as large as the registry: a change re-joins one
+        application's part of it and encodes the one new entry."""
+        registry = Registry()
+        journal = DeltaJournal(retention_ms=180_000)
+        registry.subscribe(journal.record)
+        for n in range(INSTANCES):
+            registry.register(make(f"i-{n}", app=f"APP{n % APPS}"), now_ms=T0, quiet=True)
+        before = payloads.delta(registry, journal, Format.JSON, now_ms=T0).blocks
+        registry.register(make("new", app="APP9"), now_ms=T0 + 1)
+        after = payloads.delta(registry, journal, Format.JSON, now_ms=T0 + 1).blocks
+        assert 1 == sum(old is not new for old, new in zip(before[1:-1], after[1:-1], strict=True))
+
+
+class TestRefresh:
+    async def test_items_older_than_the_max_age_are_encoded_again(self):
+        """Heartbeats do not re-encode: the refresh does, once items pass the max age, and
+        says which documents to drop."""
+        registry, catalog = populated()
+        payloads.full_registry(registry, catalog, Format.JSON, now=0.0)
+        refreshed: list[tuple[str, set[str]]] = []
+        pacer = Pacer()
+        assert 0 == await catalog.refresh(
+            now=29.0, refreshed=lambda a, v: refreshed.append((a, v)), pacer=pacer
+        )
+        assert APPS == await catalog.refresh(
+            now=31.0, refreshed=lambda a, v: refreshed.append((a, v)), pacer=pacer
+        )
+        assert ("APP0", {"app0"}) == refreshed[0]
+        assert 2 * INSTANCES == catalog.encoded
+
+
+class TestVips:
+    def test_applications_of_a_vip_in_registry_order(self):
+        registry = Registry()
+        catalog = Catalog(registry)
+        registry.subscribe(catalog.on_change)
+        registry.register(make("a", app="B", vip_address="shared"), now_ms=T0)
+        registry.register(make("b", app="A", vip_address="shared,own"), now_ms=T0)
+        assert ["B", "A"] == catalog.vip_applications("shared", secure=False)
+        registry.register(make("b", app="A", vip_address="own"), now_ms=T0 + 1)
+        assert ["B"] == catalog.vip_applications("shared", secure=False)
+        registry.cancel("B", "a", now_ms=T0 + 2)
+        assert [] == catalog.vip_applications("shared", secure=False)
+        assert ["A"] == catalog.vip_applications("own", secure=False)
+        assert [] == catalog.vip_applications("own", secure=True)
