@@ -14,6 +14,7 @@ from peers.anti_entropy import anti_entropy_forever
 from peers.cluster import Cluster
 from peers.digest import DIGESTS, Digests
 from peers.sync import sync_at_start
+from registry.activity import Activity
 from registry.appkeys import (
     CACHE,
     CATALOG,
@@ -127,6 +128,7 @@ def create_app(
     app.cleanup_ctx.append(_journal_cleaner)
     app.cleanup_ctx.append(_keepalives)
     app.cleanup_ctx.append(_loop_lag)
+    app.cleanup_ctx.append(_activity)
     app.cleanup_ctx.append(_peers(reload))
     return app
 
@@ -137,6 +139,17 @@ async def _keepalives(app: web.Application) -> AsyncIterator[None]:
     task = asyncio.create_task(run_every(app[CLOCK], KEEPALIVE, feed.beat, name="keepalive"))
     yield
     await cancel_and_wait(task)
+
+
+async def _activity(app: web.Application) -> AsyncIterator[None]:
+    """One info line per interval summing up registrations, cancels, evictions, renewals;
+    the last one at shutdown."""
+    activity = Activity(app[REGISTRY])
+    interval = app[SETTINGS].activity_log_interval
+    task = asyncio.create_task(run_every(app[CLOCK], interval, activity.log, name="activity"))
+    yield
+    await cancel_and_wait(task)
+    activity.log()
 
 
 async def _loop_lag(app: web.Application) -> AsyncIterator[None]:

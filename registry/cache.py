@@ -78,6 +78,15 @@ class ResponseCache:
                 frozen[key] = document
         return document
 
+    def holds(self, key: Key, *, now: float = 0.0) -> bool:
+        """Whether `get` would answer `key` without building."""
+        if self._frozen is not None and key[0] != SINCE and key in self._frozen:
+            return True
+        document = self._entries.get(key)
+        return document is not None and (
+            self._max_age is None or now - document.built_at <= self._max_age
+        )
+
     def _index(self, key: Key) -> None:
         if key[0] == APP:
             self._by_app.setdefault(str(key[1]), set()).add(key)

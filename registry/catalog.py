@@ -84,6 +84,17 @@ class Catalog:
         """Instance id -> encoded item, for the application's instances in order."""
         return self._items(app, fmt, now).items
 
+    async def prepare(self, fmt: Format, *, now: float, pacer: Pacer) -> None:
+        """Join every application's block that a change dropped, giving the loop a turn as
+        `pacer` says, so that a full document put together next costs the loop only what
+        changed meanwhile (the first one after a start or a storm would encode everything)."""
+        by_app = self._encoded[fmt]
+        for app in list(self._registry.application_names()):
+            encoded = by_app.get(app)
+            if encoded is None or encoded.block is None:
+                self.block(app, fmt, now=now)
+                await pacer.pace()
+
     def vip_applications(self, vip: str, *, secure: bool) -> list[str]:
         """The applications with an instance that names `vip`, in the registry's order."""
         apps = self._vips.get((secure, vip))

@@ -95,13 +95,12 @@ class Registry:
         now_ms: int,
         is_replication: bool = False,
         last_renewal_ms: int | None = None,
-        quiet: bool = False,
     ) -> InstanceInfo:
         """Register or re-register an instance with a fresh lease (contract 6.2).
 
         `last_renewal_ms` backdates the lease, for a copy taken from a peer whose own lease is
-        older: an instance that died there must not get a full new life here. `quiet` logs it
-        at debug level only (a warm restart brings back thousands at once).
+        older: an instance that died there must not get a full new life here. Logged at debug
+        level: a deploy registers thousands a second (registry/activity.py sums them up).
         """
         self.registrations += 1
         leases = self._apps.setdefault(instance.app, {})
@@ -146,7 +145,7 @@ class Registry:
         if status is _UP and lease.service_up_ms == 0:
             lease.service_up_ms = now_ms
         leases[iid] = lease
-        (log.debug if quiet else log.info)(
+        log.debug(
             "instance_registered",
             app=registrant.app,
             instance_id=iid,
@@ -233,7 +232,9 @@ class Registry:
         self._overrides.pop(instance_id, None)
         self._remove(self._lease(app, instance_id), now_ms)
         self.cancels += 1
-        log.info("instance_cancelled", app=app, instance_id=instance_id, replication=is_replication)
+        log.debug(
+            "instance_cancelled", app=app, instance_id=instance_id, replication=is_replication
+        )
         if self.outbox is not None and not is_replication:
             self.outbox(_A.CANCEL, app, instance_id)
 

@@ -21,6 +21,7 @@ from operator import attrgetter
 from registry.codec import Format, shape
 from registry.encoded import Block
 from registry.model import ActionType, ChangeEvent
+from registry.tasks import Pacer
 
 
 class Entry:
@@ -142,6 +143,16 @@ class DeltaJournal:
         self.purge(now_ms=now_ms)
         apps = sorted(self._changed.items(), key=lambda item: item[1].first_index())
         return [changed.block(app, fmt) for app, changed in apps]
+
+    async def prepare(self, fmt: Format, *, now_ms: int, pacer: Pacer) -> None:
+        """Join the delta's blocks that changes dropped, giving the loop a turn as `pacer`
+        says (see `Catalog.prepare`)."""
+        self.purge(now_ms=now_ms)
+        for app in list(self._changed):
+            changed = self._changed.get(app)
+            if changed is not None and fmt not in changed.blocks:
+                changed.block(app, fmt)
+                await pacer.pace()
 
     def forget_through(self, index: int) -> None:
         """Treat every change up to `index` as forgotten (those of a run before a restart)."""

@@ -54,6 +54,7 @@ class Settings:
     disable_delta: bool = False
     delta_retention: float = 3 * MINUTES
     delta_cleanup_interval: float = 30 * SECONDS
+    activity_log_interval: float = 60 * SECONDS
     # Fetch documents are rebuilt on every change, and at the latest after this long
     response_cache_max_age: float = 30 * SECONDS
     # Eureka's read-only layer: reads lag writes by up to the update interval
@@ -96,6 +97,7 @@ class Settings:
             "renewal_threshold_update_interval",
             "delta_retention",
             "delta_cleanup_interval",
+            "activity_log_interval",
             "response_cache_max_age",
             "response_cache_update_interval",
             "replication_batch_delay",

@@ -84,7 +84,7 @@ async def test_serves_then_stops_on_a_signal(sig):
         "server_starting",
         "store_migrated",  # a new ./data/registry.db in the test's own directory
         "store_restored",
-        "instance_registered",
+        "registry_activity",  # the registration, summed up at shutdown
         "server_stopped",
     ] == events
 

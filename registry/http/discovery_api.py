@@ -16,6 +16,7 @@ from registry.http import params
 from registry.http.negotiation import cached_payload, payload, response_format
 from registry.journal import DeltaJournal
 from registry.model import Lease
+from registry.tasks import Pacer
 
 MAX_WAIT = 300.0  # seconds a long-poll is held at most; longer waits are cut to this
 
@@ -30,6 +31,7 @@ async def full_registry(request: web.Request) -> web.Response:
         (cache.APPS,),
         fmt,
         lambda: payloads.full_registry(registry, catalog, fmt, now=clock.monotonic()),
+        prepare=lambda: catalog.prepare(fmt, now=clock.monotonic(), pacer=Pacer()),
     )
 
 
@@ -53,6 +55,7 @@ async def delta(request: web.Request) -> web.Response:
             (cache.DELTA,),
             fmt,
             lambda: payloads.delta(registry, journal, fmt, now_ms=clock.wall_ms()),
+            prepare=lambda: journal.prepare(fmt, now_ms=clock.wall_ms(), pacer=Pacer()),
         )
     if since is None:
         since = registry.index

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from aiohttp import hdrs, web
@@ -32,16 +32,22 @@ async def cached_payload(
     fmt: Format,
     build: Callable[[], Document | None],
     *,
+    prepare: Callable[[], Awaitable[None]] | None = None,
     otherwise: Callable[[], Document] | None = None,
 ) -> web.Response:
     """A cached document (put together by `build` on a miss), gzipped when asked.
 
-    Its `X-Registry-Index` is the index the document shows, which is older than the registry's
-    when Eureka's read-only cache layer serves it. When `build` finds nothing to show, the
-    answer is what `otherwise` makes, not kept (a VIP no instance has).
+    On a miss, `prepare` first encodes what the document lacks a little at a time, so the
+    synchronous `build` costs the loop only what changed meanwhile. Its `X-Registry-Index` is
+    the index the document shows, which is older than the registry's when Eureka's read-only
+    cache layer serves it. When `build` finds nothing to show, the answer is what `otherwise`
+    makes, not kept (a VIP no instance has).
     """
-    state = request.app
-    document = state[CACHE].get((*key, fmt), build, now=state[CLOCK].monotonic())
+    state, full_key = request.app, (*key, fmt)
+    cache, clock = state[CACHE], state[CLOCK]
+    if prepare is not None and not cache.holds(full_key, now=clock.monotonic()):
+        await prepare()
+    document = cache.get(full_key, build, now=clock.monotonic())
     if document is None:
         if otherwise is None:
             raise RuntimeError(f"nothing to answer for {key}")

@@ -28,7 +28,7 @@ def restore(registry: Registry, journal: DeltaJournal, snapshot: Snapshot, *, no
     """Load `snapshot` into an empty registry; returns how many instances came back."""
     registry.restore({o.instance_id: o.status for o in snapshot.overrides}, snapshot.index)
     for stored in snapshot.instances:
-        registry.register(stored.instance, now_ms=now_ms, is_replication=True, quiet=True)
+        registry.register(stored.instance, now_ms=now_ms, is_replication=True)
     # Changes the last run made after its last write are lost, so its indexes cannot be
     # trusted: refuse them all (the restored instances are in any full fetch).
     journal.forget_through(registry.index)
@@ -72,7 +72,7 @@ def restore_missing(
             for lease in registry.application(instance.app)
         ):
             continue
-        registry.register(instance, now_ms=now_ms, is_replication=True, quiet=True)
+        registry.register(instance, now_ms=now_ms, is_replication=True)
         count += 1
     log.info("store_restored_late", instances=count, overrides=len(missing))
     return count

@@ -22,7 +22,7 @@ def populated() -> tuple[Registry, Catalog]:
     registry.subscribe(catalog.on_change)
     for n in range(INSTANCES):
         app = f"APP{n % APPS}"
-        registry.register(make(f"i-{n}", app=app, vip_address=app.lower()), now_ms=T0, quiet=True)
+        registry.register(make(f"i-{n}", app=app, vip_address=app.lower()), now_ms=T0)
     return registry, catalog
 
 
@@ -58,7 +58,7 @@ class TestCost:
         journal = DeltaJournal(retention_ms=180_000)
         registry.subscribe(journal.record)
         for n in range(INSTANCES):
-            registry.register(make(f"i-{n}", app=f"APP{n % APPS}"), now_ms=T0, quiet=True)
+            registry.register(make(f"i-{n}", app=f"APP{n % APPS}"), now_ms=T0)
         before = payloads.delta(registry, journal, Format.JSON, now_ms=T0).blocks
         registry.register(make("new", app="APP9"), now_ms=T0 + 1)
         after = payloads.delta(registry, journal, Format.JSON, now_ms=T0 + 1).blocks
@@ -97,3 +97,29 @@ class TestVips:
         assert [] == catalog.vip_applications("shared", secure=False)
         assert ["A"] == catalog.vip_applications("own", secure=False)
         assert [] == catalog.vip_applications("own", secure=True)
+
+
+class TestPrepare:
+    async def test_a_full_document_is_encoded_a_few_applications_at_a_time(self):
+        """Preparing gives the loop a turn between applications; the build after it encodes
+        nothing more."""
+        registry, catalog = populated()
+        pacer = Pacer(budget=0)
+        await catalog.prepare(Format.XML, now=0.0, pacer=pacer)
+        assert APPS == pacer.yields
+        assert INSTANCES == catalog.encoded
+        payloads.full_registry(registry, catalog, Format.XML, now=0.0)
+        assert INSTANCES == catalog.encoded
+
+    async def test_the_delta_too(self):
+        registry = Registry()
+        journal = DeltaJournal(retention_ms=180_000)
+        registry.subscribe(journal.record)
+        for n in range(INSTANCES):
+            registry.register(make(f"i-{n}", app=f"APP{n % APPS}"), now_ms=T0)
+        pacer = Pacer(budget=0)
+        await journal.prepare(Format.JSON, now_ms=T0, pacer=pacer)
+        assert APPS == pacer.yields
+        prepared = payloads.delta(registry, journal, Format.JSON, now_ms=T0).blocks
+        again = payloads.delta(registry, journal, Format.JSON, now_ms=T0).blocks
+        assert all(a is b for a, b in zip(prepared[1:-1], again[1:-1], strict=True))
