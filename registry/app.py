@@ -14,6 +14,7 @@ from peers.anti_entropy import anti_entropy_forever
 from peers.cluster import Cluster
 from peers.digest import DIGESTS, Digests
 from peers.sync import sync_at_start
+from registry import heap
 from registry.activity import Activity
 from registry.appkeys import (
     CACHE,
@@ -128,6 +129,7 @@ def create_app(
     app.cleanup_ctx.append(_journal_cleaner)
     app.cleanup_ctx.append(_keepalives)
     app.cleanup_ctx.append(_loop_lag)
+    app.cleanup_ctx.append(_heap)
     app.cleanup_ctx.append(_activity)
     app.cleanup_ctx.append(_peers(reload))
     return app
@@ -150,6 +152,19 @@ async def _activity(app: web.Application) -> AsyncIterator[None]:
     yield
     await cancel_and_wait(task)
     activity.log()
+
+
+async def _heap(app: web.Application) -> AsyncIterator[None]:
+    """Set the long-lived registry aside from full garbage collections (registry/heap.py):
+    once restored, then every `gc_freeze_interval`."""
+    interval = app[SETTINGS].gc_freeze_interval
+    if not interval:
+        yield
+        return
+    heap.freeze()
+    task = asyncio.create_task(run_every(app[CLOCK], interval, heap.freeze, name="gc_freeze"))
+    yield
+    await cancel_and_wait(task)
 
 
 async def _loop_lag(app: web.Application) -> AsyncIterator[None]:

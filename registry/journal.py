@@ -26,12 +26,15 @@ from registry.tasks import Pacer
 
 class Entry:
     """One change as the journal keeps it: the event, its instance encoded once per format
-    when first asked, and the index of the next change of the same instance in the window."""
+    when first asked, and where its instance stands in the window: the index of the next
+    change of the same instance, and (kept up to date on the latest entry of an instance only)
+    the index of the instance's first change in the window, which orders the delta."""
 
-    __slots__ = ("_json", "_xml", "event", "next_index")
+    __slots__ = ("_json", "_xml", "event", "first", "next_index")
 
     def __init__(self, event: ChangeEvent) -> None:
         self.event = event
+        self.first = event.index
         self.next_index = 0  # 0: none yet
         self._json: bytes | None = None
         self._xml: bytes | None = None
@@ -47,16 +50,6 @@ class Entry:
         return self._xml
 
 
-class _Member:
-    """An instance changed within the window: its first change there, and its latest."""
-
-    __slots__ = ("first", "latest")
-
-    def __init__(self, entry: Entry) -> None:
-        self.first = entry.event.index
-        self.latest = entry
-
-
 _by_first = attrgetter("first")
 
 
@@ -66,7 +59,7 @@ class _Changed:
     __slots__ = ("blocks", "first", "members")
 
     def __init__(self) -> None:
-        self.members: dict[str, _Member] = {}  # instance id -> member
+        self.members: dict[str, Entry] = {}  # instance id -> its latest entry
         self.first = 0  # the index of the application's first change in the window; 0: stale
         self.blocks: dict[Format, Block] = {}
 
@@ -76,15 +69,14 @@ class _Changed:
 
     def first_index(self) -> int:
         if not self.first:
-            self.first = min(member.first for member in self.members.values())
+            self.first = min(entry.first for entry in self.members.values())
         return self.first
 
     def block(self, app: str, fmt: Format) -> Block:
         block = self.blocks.get(fmt)
         if block is None:
             codec = shape(fmt)
-            members = sorted(self.members.values(), key=_by_first)
-            items = [member.latest.item(fmt) for member in members]
+            items = [entry.item(fmt) for entry in sorted(self.members.values(), key=_by_first)]
             block = self.blocks[fmt] = Block(codec.SEPARATOR + codec.application_block(app, items))
         return block
 
@@ -104,12 +96,11 @@ class DeltaJournal:
         changed = self._changed.get(instance.app)
         if changed is None:
             changed = self._changed[instance.app] = _Changed()
-        member = changed.members.get(instance.instance_id)
-        if member is None:
-            changed.members[instance.instance_id] = _Member(entry)
-        else:
-            member.latest.next_index = event.index
-            member.latest = entry
+        latest = changed.members.get(instance.instance_id)
+        if latest is not None:
+            latest.next_index = event.index
+            entry.first = latest.first
+        changed.members[instance.instance_id] = entry
         changed.touched()
 
     def purge(self, *, now_ms: int) -> int:
@@ -188,9 +179,9 @@ class DeltaJournal:
         if changed is None:
             return {}
         return {
-            iid: member.latest.event.at_ms
-            for iid, member in changed.members.items()
-            if member.latest.event.action is ActionType.DELETED
+            iid: entry.event.at_ms
+            for iid, entry in changed.members.items()
+            if entry.event.action is ActionType.DELETED
         }
 
     def __len__(self) -> int:

@@ -55,6 +55,7 @@ class Settings:
     delta_retention: float = 3 * MINUTES
     delta_cleanup_interval: float = 30 * SECONDS
     activity_log_interval: float = 60 * SECONDS
+    gc_freeze_interval: float = 10 * SECONDS  # 0: never set objects aside (registry/heap.py)
     # Fetch documents are rebuilt on every change, and at the latest after this long
     response_cache_max_age: float = 30 * SECONDS
     # Eureka's read-only layer: reads lag writes by up to the update interval
@@ -119,8 +120,9 @@ class Settings:
                 raise SettingsError(
                     f"{key}: must be above 0 and at most 1, not {getattr(self, key)}"
                 )
-        if self.self_preservation_min_instances < 0:
-            raise SettingsError("self_preservation_min_instances: must not be negative")
+        for key in ("self_preservation_min_instances", "gc_freeze_interval"):
+            if getattr(self, key) < 0:
+                raise SettingsError(f"{key}: must not be negative")
         for key in ("replication_batch_size", "replication_max_pending"):
             if getattr(self, key) < 1:
                 raise SettingsError(f"{key}: must be at least 1, not {getattr(self, key)}")

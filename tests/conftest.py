@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 
@@ -26,6 +27,14 @@ def blockbuster() -> Iterator[BlockBuster]:
 def in_tmp_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Each test runs in a directory of its own, so every server's `./data` store is its own."""
     monkeypatch.chdir(tmp_path)
+
+
+@pytest.fixture(autouse=True)
+def thawed_heap() -> Iterator[None]:
+    """Servers in this process freeze the heap (registry/heap.py); give what they set aside
+    back to the collector after each test, so one test's garbage is not kept for the run."""
+    yield
+    gc.unfreeze()
 
 
 @pytest.fixture

@@ -1,0 +1,30 @@
+"""Keeping CPython's full garbage collections short with 100 000 instances in memory.
+
+A full collection walks every object the collector tracks. The registry holds a few per
+instance (its lease and instance; while a change is in the delta window, its event, snapshot
+and journal entry too): at 100 000 instances a full collection took 0.35 s, a stall every
+client feels. Those objects live long and form no reference cycles, so collecting them never
+finds anything. `gc.freeze()` moves every tracked object into a generation the collector does
+not walk (in O(1)); freed by reference counting as usual, they just stop costing collections.
+
+So the registry is frozen once restored, and then every `interval`, each time after a young
+collection, so that cycles just made (a request's) are collected rather than frozen. A full
+collection then walks only what was made since the last freeze. What a freeze can keep for
+good is a cycle that became garbage after two young collections and before the next freeze,
+with no full collection in between; `frozen` is exported so that growth can be watched.
+"""
+
+from __future__ import annotations
+
+import gc
+
+
+def freeze() -> None:
+    """Collect the young generations, then set everything still alive aside."""
+    gc.collect(1)
+    gc.freeze()
+
+
+def frozen() -> int:
+    """How many objects are set aside."""
+    return gc.get_freeze_count()
