@@ -1,7 +1,8 @@
 """POST peerreplication/batch: a peer's changes, applied item by item (contract 11.4).
 
-Every item is a replication, so nothing here is sent on to other peers (one hop). Each item
-gets its own answer in the same order, and a bad item never stops the rest of the batch:
+Every item is a replication, so nothing here is sent on to other peers (one hop). Items are
+applied in order, a slice at a time between which the loop gets a turn. Each item gets its own
+answer in the same order, and a bad item never stops the rest of the batch:
 
     200  applied
     404  no such instance (a heartbeat's sender then sends the full registration)
@@ -27,6 +28,7 @@ from registry.core import Registry
 from registry.http.error_handling import status_for
 from registry.http.negotiation import read_document
 from registry.model import InstanceStatus, ReplicationAction
+from registry.tasks import Pacer
 
 log = structlog.get_logger()
 
@@ -38,8 +40,15 @@ async def batch(request: web.Request) -> web.Response:
     items = await read_document(request, root="replicationList")
     if not isinstance(items, list):
         raise errors.BadInput("replicationList", 'the body must be {"replicationList": [...]}')
-    registry, now_ms = request.app[REGISTRY], request.app[CLOCK].wall_ms()
-    answers = [answer(registry, item, now_ms) for item in items]
+    registry, clock = request.app[REGISTRY], request.app[CLOCK]
+    # A large batch (a peer's registration storm) is applied a slice at a time, so it never
+    # holds the loop for long; after each turn the loop had, the time is read again.
+    pacer, now_ms = Pacer(), clock.wall_ms()
+    answers = []
+    for item in items:
+        answers.append(answer(registry, item, now_ms))
+        if await pacer.pace():
+            now_ms = clock.wall_ms()
     return web.Response(
         body=orjson.dumps({"responseList": answers}), content_type="application/json"
     )

@@ -90,14 +90,15 @@ def create_app(
         accept_lasting_drop=settings.self_preservation_accept_lasting_drop,
     )
     catalog = Catalog(registry, max_age=settings.response_cache_max_age)
+    # The journal needs no word of a bulk load: what it brings back is no change to list.
     registry.subscribe(journal.record)
-    registry.subscribe(catalog.on_change)
-    registry.subscribe(cache.invalidate)
-    registry.subscribe(preservation.on_change)
+    registry.subscribe(catalog.on_change, catalog.loaded)
+    registry.subscribe(cache.invalidate, cache.clear)
+    registry.subscribe(preservation.on_change, preservation.loaded)
     feed = ChangeFeed(registry, clock)
-    registry.subscribe(feed.on_change)
+    registry.subscribe(feed.on_change, feed.loaded)
     counts = InstanceCounts()
-    registry.subscribe(counts.on_change)
+    registry.subscribe(counts.on_change, counts.loaded)
     app[SETTINGS] = settings
     app[CLOCK] = clock
     app[REGISTRY] = registry

@@ -121,6 +121,14 @@ class ResponseCache:
         for name in vips:
             self._drop(self._by_vip.pop(name, ()))
 
+    def clear(self, _: object = None) -> None:
+        """Drop every document (the registry was loaded in bulk)."""
+        self._entries.clear()
+        self._global, self._by_app, self._by_vip = set(), {}, {}
+        self._since.clear()
+        if self._frozen is not None:
+            self._frozen.clear()
+
     def drop_delta(self) -> None:
         """The journal forgot old changes: delta payloads must be rebuilt."""
         stale = {key for key in self._global if key[0] in (DELTA, SINCE)}

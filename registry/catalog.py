@@ -67,6 +67,14 @@ class Catalog:
             for by_app in self._encoded.values():
                 by_app.pop(app, None)
 
+    def loaded(self, registry: Registry) -> None:
+        """Registry hook after a bulk load: index the VIPs of everything it now holds."""
+        for fmt in Format:
+            self._encoded[fmt].clear()
+        self._vips.clear()
+        for lease in registry.leases():
+            self._count_vips(lease.instance, +1)
+
     # Reads ---------------------------------------------------------------------------------
 
     def block(self, app: str, fmt: Format, *, now: float) -> Block:

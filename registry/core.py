@@ -16,12 +16,12 @@ import dataclasses
 import secrets
 import types
 from collections import Counter
-from collections.abc import Callable, Collection, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from typing import Any, Protocol
 
 import structlog
 
-from registry.errors import StaleReplica, UnknownInstance
+from registry.errors import RegistryError, StaleReplica, UnknownInstance
 from registry.hashcode import hash_of_counts
 from registry.model import (
     ActionType,
@@ -36,6 +36,7 @@ from rules import CHAIN, Decision, decide, interned
 log = structlog.get_logger()
 
 Listener = Callable[[ChangeEvent], None]
+Loaded = Callable[["Registry"], None]  # after a bulk load: take the registry as it now is
 
 
 class Outbox(Protocol):
@@ -56,6 +57,19 @@ _UNKNOWN = InstanceStatus.UNKNOWN
 _A = ReplicationAction
 
 
+def _registered(
+    instance: InstanceInfo, status: InstanceStatus, override: InstanceStatus | None, now_ms: int
+) -> InstanceInfo:
+    """The instance as a registration leaves it: with its status from the chain."""
+    return dataclasses.replace(
+        instance,
+        status=status,
+        overridden_status=_UNKNOWN if override is None else override,
+        action_type=ActionType.ADDED,
+        last_updated_ms=now_ms,
+    )
+
+
 def _admin(action: str, status: InstanceStatus) -> Decision:
     """A status set by an admin's call (or its expiry) rather than by the rule chain."""
     return interned(Decision(action, None, status, None, False))
@@ -68,6 +82,7 @@ class Registry:
         self._apps: dict[str, dict[str, Lease]] = {}
         self._overrides: dict[str, InstanceStatus] = {}
         self._listeners: list[Listener] = []
+        self._loaded: list[Loaded] = []
         self._legacy = legacy_lease_expiry
         self._sync_dirty = sync_when_timestamp_differs
         self.index = 0
@@ -82,9 +97,12 @@ class Registry:
         self._hash = (-1, "")  # (index, reconcile hash at that index)
         self.outbox: Outbox | None = None
 
-    def subscribe(self, listener: Listener) -> None:
-        """Call `listener` with every change from now on, synchronously, in index order."""
+    def subscribe(self, listener: Listener, loaded: Loaded | None = None) -> None:
+        """Call `listener` with every change from now on, synchronously, in index order, and
+        `loaded` (when given) after a bulk `load`, which makes no event per instance."""
         self._listeners.append(listener)
+        if loaded is not None:
+            self._loaded.append(loaded)
 
     # Commands ----------------------------------------------------------------------------
 
@@ -129,13 +147,7 @@ class Registry:
             is_replication,
         )
         lease = Lease(
-            instance=dataclasses.replace(
-                registrant,
-                status=status,
-                overridden_status=_UNKNOWN if override is None else override,
-                action_type=ActionType.ADDED,
-                last_updated_ms=now_ms,
-            ),
+            instance=_registered(registrant, status, override, now_ms),
             duration_ms=instance.duration_secs * 1000,  # asked for by this call, as in Eureka
             registration_ms=now_ms,
             last_renewal_ms=now_ms if last_renewal_ms is None else min(last_renewal_ms, now_ms),
@@ -156,6 +168,42 @@ class Registry:
         if self.outbox is not None and not is_replication:
             self.outbox(_A.REGISTER, registrant.app, iid)
         return lease.instance
+
+    def load(self, instances: Iterable[InstanceInfo], *, now_ms: int) -> int:
+        """Register many instances at once into an empty registry, as registrations from a
+        peer would (a warm restart of 100 000 instances). Each gets what `register` would give
+        it, but there is no event: listeners are told once, by their `loaded` hook, and the
+        index moves by one per instance as it would. Returns how many."""
+        if self._apps:
+            raise RegistryError("a bulk load is for an empty registry")
+        overrides = self._overrides
+        count = 0
+        for instance in instances:
+            iid = instance.instance_id
+            leases = self._apps.setdefault(instance.app, {})
+            if iid in leases:  # met twice: the second is a re-registration, as ever
+                self.register(instance, now_ms=now_ms, is_replication=True)
+                continue
+            if instance.overridden_status is not _UNKNOWN:
+                overrides.setdefault(iid, instance.overridden_status)
+            override = overrides.get(iid)
+            status, decision = decide(CHAIN, instance.status, override, None, True)
+            leases[iid] = Lease(
+                instance=_registered(instance, status, override, now_ms),
+                duration_ms=instance.duration_secs * 1000,
+                registration_ms=now_ms,
+                last_renewal_ms=now_ms,
+                service_up_ms=now_ms if status is _UP else 0,
+                decision=decision,
+            )
+            self._statuses[status] += 1
+            count += 1
+        self.registrations += count
+        self.index += count
+        for loaded in self._loaded:
+            loaded(self)
+        log.debug("instances_loaded", instances=count)
+        return count
 
     def restore(self, overrides: Mapping[str, InstanceStatus], index: int) -> None:
         """Take a store's overrides and index (a warm restart), before its instances come back:

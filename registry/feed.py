@@ -39,6 +39,10 @@ class ChangeFeed:
         """Registry listener: wake everyone waiting."""
         self._wake()
 
+    def loaded(self, registry: Registry) -> None:
+        """Registry hook after a bulk load: wake everyone waiting."""
+        self._wake()
+
     def beat(self) -> None:
         """Wake every stream so that an idle one sends a keepalive."""
         self.beats += 1

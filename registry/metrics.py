@@ -35,6 +35,7 @@ from registry.appkeys import (
     REQUESTS,
     WRITER,
 )
+from registry.core import Registry
 from registry.loop_lag import BOUNDS
 from registry.model import ActionType, ChangeEvent
 
@@ -53,6 +54,12 @@ class InstanceCounts:
             self.counts[(previous.app, previous.status.value)] -= 1
         if event.action is not ActionType.DELETED:
             self.counts[(instance.app, instance.status.value)] += 1
+
+    def loaded(self, registry: Registry) -> None:
+        """Registry hook after a bulk load: count what it holds now."""
+        self.counts = Counter(
+            (lease.instance.app, lease.instance.status.value) for lease in registry.leases()
+        )
 
 
 class RegistryCollector(Collector):

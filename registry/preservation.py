@@ -30,8 +30,12 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from registry.model import ActionType, ChangeEvent, InstanceInfo
+
+if TYPE_CHECKING:
+    from registry.core import Registry
 
 MINUTE = 60.0
 EUREKA_INTERVAL = 30.0  # Eureka's expected renewal interval
@@ -110,6 +114,14 @@ class SelfPreservation:
                 self._registered[interval] += 1
                 _decrement(self._expected, self.interval_of(previous))
                 self._expected[interval] += 1
+
+    def loaded(self, registry: Registry) -> None:
+        """Registry hook after a bulk load into an empty registry: every instance is a new
+        client, as its registration would have counted it."""
+        for lease in registry.leases():
+            interval = self.interval_of(lease.instance)
+            self._registered[interval] += 1
+            self._expected[interval] += 1
 
     def end_minute(self, renewals_total: int) -> None:
         """Called every minute with the registry's running renewal total."""

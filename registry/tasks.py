@@ -65,8 +65,11 @@ class Pacer:
         self._since = time.perf_counter()
         self.yields = 0
 
-    async def pace(self) -> None:
-        if time.perf_counter() - self._since >= self._budget:
-            await asyncio.sleep(0)
-            self.yields += 1
-            self._since = time.perf_counter()
+    async def pace(self) -> bool:
+        """Give the loop a turn if the budget is spent; whether it did (time went by)."""
+        if time.perf_counter() - self._since < self._budget:
+            return False
+        await asyncio.sleep(0)
+        self.yields += 1
+        self._since = time.perf_counter()
+        return True

@@ -1,8 +1,9 @@
 """A warm restart: the registry as the store kept it, before the node serves.
 
-Overrides come back first, so restored instances show them at once. Instances come back as
-registrations with a full fresh lease: the ones still running renew as before, and the ones
-that died while the node was down expire a lease duration later, as any silent instance does.
+Overrides come back first, so restored instances show them at once. Instances come back in
+bulk (`Registry.load`) as registrations with a full fresh lease: the ones still running renew
+as before, and the ones that died while the node was down expire a lease duration later, as
+any silent instance does.
 The registry index goes on from where it was, so Eureka clients' delta versions never go back;
 every index up to the restored state is forgotten by the journal (and the epoch is new), so a
 client long-polling or watching from an index of the last run is told to re-fetch in full.
@@ -27,8 +28,7 @@ log = structlog.get_logger()
 def restore(registry: Registry, journal: DeltaJournal, snapshot: Snapshot, *, now_ms: int) -> int:
     """Load `snapshot` into an empty registry; returns how many instances came back."""
     registry.restore({o.instance_id: o.status for o in snapshot.overrides}, snapshot.index)
-    for stored in snapshot.instances:
-        registry.register(stored.instance, now_ms=now_ms, is_replication=True)
+    registry.load((stored.instance for stored in snapshot.instances), now_ms=now_ms)
     # Changes the last run made after its last write are lost, so its indexes cannot be
     # trusted: refuse them all (the restored instances are in any full fetch).
     journal.forget_through(registry.index)

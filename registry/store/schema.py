@@ -13,8 +13,9 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
     1: (
         # Registry-wide values: the registry index and epoch, so indexes survive a restart.
         "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
-        # One row per registered instance, as the JSON `GET apps` shows it (read back by the
-        # same lenient reader as a registration), with its lease's timestamps.
+        # One row per registered instance with its lease's timestamps. `doc` holds the compact
+        # form (registry/store/record.py, a JSON array); rows written before it hold the
+        # instance as `GET apps` shows it, read back by the lenient wire reader.
         """CREATE TABLE instances (
             app TEXT NOT NULL,
             id TEXT NOT NULL,

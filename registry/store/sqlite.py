@@ -19,10 +19,10 @@ import aiosqlite
 import orjson
 import structlog
 
-from registry.codec import json_codec, wire
+from registry.codec import wire
 from registry.errors import BadInput
 from registry.model import InstanceInfo, InstanceStatus, LeaseRecord
-from registry.store import schema
+from registry.store import record, schema
 
 log = structlog.get_logger()
 
@@ -136,7 +136,7 @@ class Store:
             "SELECT app, id, doc, registration_ms, service_up_ms FROM instances"
         ):
             try:
-                instance = wire.instance_from_wire(orjson.loads(doc), now_ms=0)
+                instance = _instance(doc)
             except (BadInput, ValueError) as exc:
                 log.error(
                     "store_row_unreadable", table="instances", app=app, id=iid, cause=str(exc)
@@ -246,14 +246,21 @@ class Store:
                 raise
 
 
+def _instance(doc: bytes | str) -> InstanceInfo:
+    """A row's instance: the compact form, or a wire document from before it."""
+    if doc[:1] in ("[", b"["):
+        return record.decode(doc)
+    return wire.instance_from_wire(orjson.loads(doc), now_ms=0)
+
+
 def _rows(leases: list[LeaseRecord]) -> bytes:
-    """The instances as one JSON array of rows [app, id, document, registration, service up]."""
+    """The instances as one JSON array of rows [app, id, record, registration, service up]."""
     return orjson.dumps(
         [
             (
                 lease.instance.app,
                 lease.instance.instance_id,
-                orjson.Fragment(orjson.dumps(json_codec.instance_dict(lease))),
+                orjson.Fragment(record.encode(lease.instance)),
                 lease.registration_ms,
                 lease.service_up_ms,
             )

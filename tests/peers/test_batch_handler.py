@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import orjson
@@ -113,3 +114,29 @@ class TestBody:
     async def test_an_empty_batch_is_answered_empty(self, client: TestClient):
         """Nothing to apply, nothing to answer."""
         assert [] == await post_batch(client, [])
+
+
+class TestLargeBatches:
+    async def test_the_loop_gets_turns_while_a_large_batch_is_applied(self, client: TestClient):
+        """A peer's registration storm is applied in slices: other work runs in
+        between, and every item is still answered, in order."""
+        turns = 0
+        applying = True
+
+        async def other_work() -> None:
+            nonlocal turns
+            while applying:
+                turns += 1
+                await asyncio.sleep(0)
+
+        items = [
+            item("Register", iid=f"i-{n}", instanceInfo=instance_doc(iid=f"i-{n}"))
+            for n in range(1_500)
+        ]
+        probe = asyncio.ensure_future(other_work())
+        answers = await post_batch(client, items)
+        applying = False
+        await probe
+        assert [200] * 1_500 == [a["statusCode"] for a in answers]
+        assert turns > 10
+        assert 1_500 == len(registry_of(client).application("ORDERS"))
