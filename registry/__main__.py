@@ -24,6 +24,9 @@ from registry.settings import Settings, SettingsError
 from registry.store.sqlite import NewerSchema
 
 DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "config" / "default.toml"
+# Connections the kernel queues before the server accepts them (aiohttp: 128). A fleet that
+# reconnects at once after a restart or a network blip would otherwise wait in SYN retries.
+LISTEN_BACKLOG = 4096
 
 
 def new_event_loop() -> asyncio.AbstractEventLoop:
@@ -89,6 +92,7 @@ def main(argv: list[str] | None = None) -> int:
             access_log=logging.getLogger("aiohttp.access") if settings.access_log else None,
             print=None,
             loop=loop,
+            backlog=LISTEN_BACKLOG,
         )
     except NewerSchema as exc:
         log.error("store_refused", detail=str(exc))

@@ -253,15 +253,17 @@ async def _store(app: web.Application) -> AsyncIterator[None]:
         late_restore=late_restore,
         busy_timeout_ms=int(settings.store_busy_timeout * 1000),
     )
-    snapshot = await writer.open()  # None: unavailable; degraded until a flush can open it
-    if snapshot is not None:
-        for o in snapshot.overrides:
-            app[NOTES].note(
-                o.instance_id, Note(o.app, o.status, o.reason, o.set_ms, o.expires_ms, o.set_by)
-            )
-        app[RESTORED] = restore(registry, app[JOURNAL], snapshot, now_ms=clock.wall_ms())
-        if app[RESTORED]:
-            app[READS].restored(f"restored {app[RESTORED]} instances from {writer.path}")
+    with heap.collections_paused():  # before serving: nothing else allocates meanwhile
+        snapshot = await writer.open()  # None: unavailable; degraded until a flush opens it
+        if snapshot is not None:
+            for o in snapshot.overrides:
+                app[NOTES].note(
+                    o.instance_id,
+                    Note(o.app, o.status, o.reason, o.set_ms, o.expires_ms, o.set_by),
+                )
+            app[RESTORED] = restore(registry, app[JOURNAL], snapshot, now_ms=clock.wall_ms())
+            if app[RESTORED]:
+                app[READS].restored(f"restored {app[RESTORED]} instances from {writer.path}")
     registry.subscribe(writer.on_change)
     retention_ms = int(settings.override_history_retention * 1000)
 

@@ -1,15 +1,15 @@
 """Every application's instances, encoded: the blocks full, per-application and VIP documents
 are made of.
 
-Per application and format it keeps each instance's encoded item, in the registry's order,
-and the application's block joined from them. A change marks only its own instance stale, so
-the next read encodes that one instance again and joins the block anew; the other items and
-every other application's block are reused as they are. Nothing is encoded until a document
-that needs it is read.
+Per application and format it keeps each instance's encoded parts (its item without the
+`leaseInfo`, which only a change of the instance changes) and the application's block. A
+change drops its application's block; the next read joins it again, encoding only instances
+that changed (a new `InstanceInfo`) and writing every lease's few numbers afresh. Nothing is
+encoded until a document that needs it is read.
 
-Heartbeats are not changes, so an item's `lastRenewalTimestamp` is as of the item's encoding:
-`refresh` encodes again the applications whose items are older than `max_age`, a few at a
-time, so no item is older than that (plus one refresh interval).
+Heartbeats are not changes, so a block's `lastRenewalTimestamp` values are as of its joining:
+`refresh` joins again the blocks older than `max_age`, a few at a time, so none is older than
+that (plus one refresh interval). That costs the lease numbers, not the instances' encoding.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable
 from registry.codec import Format, shape
 from registry.core import Registry
 from registry.encoded import Block
-from registry.model import ActionType, ChangeEvent, InstanceInfo
+from registry.model import ActionType, ChangeEvent, InstanceInfo, Lease
 from registry.tasks import Pacer
 
 VipKey = tuple[bool, str]  # (secure, VIP name)
@@ -28,16 +28,18 @@ VipKey = tuple[bool, str]  # (secure, VIP name)
 Refreshed = Callable[[str, set[str]], None]
 
 
-class _Encoded:
-    """One application's items in one format."""
+Parts = tuple[InstanceInfo, bytes, bytes]  # the instance, and its item before and after leaseInfo
 
-    __slots__ = ("block", "built_at", "items", "stale")
+
+class _Encoded:
+    """One application in one format."""
+
+    __slots__ = ("block", "built_at", "parts")
 
     def __init__(self) -> None:
-        self.items: dict[str, bytes] = {}  # instance id -> item, in the registry's order
-        self.stale: set[str] | None = None  # ids changed since the items were made; None: all
+        self.parts: dict[str, Parts] = {}  # instance id -> parts, in the registry's order
         self.block: Block | None = None  # dropped by a change, joined again on the next read
-        self.built_at = 0.0  # monotonic seconds when every item was last encoded
+        self.built_at = 0.0  # monotonic seconds when the block was joined
 
 
 class Catalog:
@@ -49,16 +51,14 @@ class Catalog:
         self.encoded = 0  # instances encoded so far: what changes cost, counted
 
     def on_change(self, event: ChangeEvent) -> None:
-        """Registry listener: the changed instance's items, and its application's blocks, are
-        stale; the VIP index follows the instance."""
+        """Registry listener: the changed instance's application needs its blocks joined
+        again; the VIP index follows the instance."""
         instance = event.lease.instance
-        app, iid = instance.app, instance.instance_id
+        app = instance.app
         for by_app in self._encoded.values():
             encoded = by_app.get(app)
             if encoded is not None:
                 encoded.block = None
-                if encoded.stale is not None:
-                    encoded.stale.add(iid)
         if event.previous is not None:
             self._count_vips(event.previous, -1)
         if event.action is not ActionType.DELETED:
@@ -80,17 +80,23 @@ class Catalog:
     def block(self, app: str, fmt: Format, *, now: float) -> Block:
         """The application's block; in JSON it starts with the separator that goes before
         every application of a list but the first (`Block.rest` is without it)."""
-        encoded = self._items(app, fmt, now)
+        by_app = self._encoded[fmt]
+        encoded = by_app.get(app)
+        if encoded is None:
+            encoded = by_app[app] = _Encoded()
         if encoded.block is None:
             codec = shape(fmt)
-            encoded.block = Block(
-                codec.SEPARATOR + codec.application_block(app, encoded.items.values())
-            )
+            items = self._items(encoded, fmt, self._registry.application(app))
+            encoded.block = Block(codec.SEPARATOR + codec.application_block(app, items))
+            encoded.built_at = now
         return encoded.block
 
-    def items(self, app: str, fmt: Format, *, now: float) -> dict[str, bytes]:
-        """Instance id -> encoded item, for the application's instances in order."""
-        return self._items(app, fmt, now).items
+    def items(self, app: str, fmt: Format, leases: Iterable[Lease]) -> list[bytes]:
+        """The encoded items of some of an application's `leases`."""
+        encoded = self._encoded[fmt].get(app)
+        if encoded is None:
+            encoded = self._encoded[fmt][app] = _Encoded()
+        return self._items(encoded, fmt, leases, keep_others=True)
 
     async def prepare(self, fmt: Format, *, now: float, pacer: Pacer) -> None:
         """Join every application's block that a change dropped, giving the loop a turn as
@@ -115,19 +121,19 @@ class Catalog:
     # Keeping items fresh -------------------------------------------------------------------
 
     async def refresh(self, *, now: float, refreshed: Refreshed, pacer: Pacer) -> int:
-        """Encode again every application whose items are older than `max_age`; tell
-        `refreshed` of each, so the documents made of its old items go. Returns how many."""
+        """Join again every block older than `max_age`; tell `refreshed` of each application,
+        so the documents made of its old block go. Returns how many blocks."""
         if self._max_age is None:
             return 0
         horizon = now - self._max_age
         count = 0
         for fmt, by_app in self._encoded.items():
-            for app in [app for app, encoded in by_app.items() if encoded.built_at < horizon]:
+            for app in [app for app, encoded in by_app.items() if encoded.block is not None]:
                 encoded = by_app.get(app)
-                if encoded is None or encoded.built_at >= horizon:
-                    continue  # gone, or made anew by a read while this one waited its turn
-                encoded.stale = None
-                self._items(app, fmt, now)
+                if encoded is None or encoded.block is None or encoded.built_at >= horizon:
+                    continue  # gone, dropped, or joined anew while this one waited its turn
+                encoded.block = None
+                self.block(app, fmt, now=now)
                 refreshed(app, self._vips_of(app))
                 count += 1
                 await pacer.pace()
@@ -135,27 +141,28 @@ class Catalog:
 
     # Internals -----------------------------------------------------------------------------
 
-    def _items(self, app: str, fmt: Format, now: float) -> _Encoded:
-        by_app = self._encoded[fmt]
-        encoded = by_app.get(app)
-        if encoded is None:
-            encoded = by_app[app] = _Encoded()
-        elif encoded.stale is not None and not encoded.stale and encoded.items:
-            return encoded  # nothing changed since the items were made
-        stale, old = encoded.stale, encoded.items
-        item = shape(fmt).instance_item
-        items: dict[str, bytes] = {}
-        for lease in self._registry.application(app):
-            iid = lease.instance.instance_id
-            data = old.get(iid) if stale is not None and iid not in stale else None
-            if data is None:
-                data = item(lease)
+    def _items(
+        self, encoded: _Encoded, fmt: Format, leases: Iterable[Lease], keep_others: bool = False
+    ) -> list[bytes]:
+        """Each lease's item: its instance's parts (encoded again only when the instance
+        changed) around its lease's numbers as they are now. The parts of `leases` are kept;
+        those of other instances too with `keep_others`, or else let go (they left)."""
+        codec = shape(fmt)
+        old = encoded.parts
+        parts = old if keep_others else {}
+        lease_part = codec.lease_part
+        items = []
+        for lease in leases:
+            instance = lease.instance
+            iid = instance.instance_id
+            kept = old.get(iid)
+            if kept is None or kept[0] is not instance:
+                kept = (instance, *codec.instance_parts(instance))
                 self.encoded += 1
-            items[iid] = data
-        if stale is None:
-            encoded.built_at = now
-        encoded.items, encoded.stale, encoded.block = items, set(), None
-        return encoded
+            parts[iid] = kept
+            items.append(kept[1] + lease_part(lease) + kept[2])
+        encoded.parts = parts
+        return items
 
     def _count_vips(self, instance: InstanceInfo, step: int) -> None:
         for key in _vip_keys(instance):

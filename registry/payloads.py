@@ -60,7 +60,7 @@ def application(
 
 
 def vip(
-    registry: Registry, catalog: Catalog, address: str, fmt: Format, *, secure: bool, now: float
+    registry: Registry, catalog: Catalog, address: str, fmt: Format, *, secure: bool
 ) -> Document | None:
     """The instances whose comma-separated (secure) VIP address names `address`, by
     application, hashed over its own content; None when no instance has it."""
@@ -68,16 +68,16 @@ def vip(
     blocks: list[Block] = []
     statuses: list[InstanceStatus] = []
     for name in catalog.vip_applications(address, secure=secure):
-        items = catalog.items(name, fmt, now=now)
-        chosen: list[bytes] = []
+        chosen = []
         for lease in registry.application(name):
             instance = lease.instance
             vips = instance.secure_vip_address if secure else instance.vip_address
             if vips and address in vips.split(","):
-                chosen.append(items[instance.instance_id])
+                chosen.append(lease)
                 statuses.append(instance.status)
         if chosen:
-            blocks.append(Block(codec.SEPARATOR + codec.application_block(name, chosen)))
+            items = catalog.items(name, fmt, chosen)
+            blocks.append(Block(codec.SEPARATOR + codec.application_block(name, items)))
     if not blocks:
         return None
     head = codec.applications_head(version=VIP_VERSION, hashcode=reconcile_hash(statuses))

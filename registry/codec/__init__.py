@@ -8,7 +8,7 @@ from typing import Protocol
 
 from registry.codec import json_codec, xml_codec
 from registry.codec.wire import instance_from_wire
-from registry.model import LeaseRecord
+from registry.model import InstanceInfo, LeaseRecord
 
 __all__ = ["Format", "Shape", "encode_instance", "instance_from_wire", "shape"]
 
@@ -35,6 +35,8 @@ class Shape(Protocol):
     APPLICATION_TAIL: bytes
 
     def instance_item(self, lease: LeaseRecord) -> bytes: ...
+    def instance_parts(self, instance: InstanceInfo) -> tuple[bytes, bytes]: ...
+    def lease_part(self, lease: LeaseRecord) -> bytes: ...
     def applications_head(self, *, version: str, hashcode: str) -> bytes: ...
     def application_block(self, name: str, items: Iterable[bytes]) -> bytes: ...
 

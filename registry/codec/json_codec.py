@@ -9,7 +9,7 @@ import orjson
 
 from registry.codec.wire import optional_texts
 from registry.errors import BadInput
-from registry.model import LeaseRecord
+from registry.model import InstanceInfo, LeaseRecord
 
 EMPTY_MAP = {"@class": "java.util.Collections$EmptyMap"}
 
@@ -37,7 +37,34 @@ APPLICATION_TAIL = b"}"
 
 def instance_item(lease: LeaseRecord) -> bytes:
     """One instance as an element of an application's `instance` list."""
-    return orjson.dumps(instance_dict(lease))
+    head, tail = instance_parts(lease.instance)
+    return head + lease_part(lease) + tail
+
+
+def instance_parts(i: InstanceInfo) -> tuple[bytes, bytes]:
+    """The item around its `leaseInfo`: what changes only when the instance does, so a lease's
+    renewals cost `lease_part` alone. The same bytes as `instance_dict` encoded whole."""
+    head, tail = orjson.dumps(_head(i)), orjson.dumps(_tail(i))
+    # Slicing also copies them to buffers of their own size: what orjson returns keeps about
+    # 8 KB of memory behind it (measured: 8 160 B per 840-byte item), and these are kept by
+    # the hundred thousand.
+    return head[:-1] + b',"leaseInfo":', b"," + tail[1:]
+
+
+def lease_part(lease: LeaseRecord) -> bytes:
+    i = lease.instance
+    template = (
+        b'{"renewalIntervalInSecs":%d,"durationInSecs":%d,"registrationTimestamp":%d,'
+        b'"lastRenewalTimestamp":%d,"evictionTimestamp":%d,"serviceUpTimestamp":%d}'
+    )
+    return template % (
+        i.renewal_interval_secs,
+        i.duration_secs,
+        lease.registration_ms,
+        lease.last_renewal_ms,
+        lease.eviction_ms,
+        lease.service_up_ms,
+    )
 
 
 def applications_head(*, version: str, hashcode: str) -> bytes:
@@ -58,6 +85,23 @@ def application_block(name: str, items: Iterable[bytes]) -> bytes:
 def instance_dict(lease: LeaseRecord) -> dict[str, Any]:
     """One instance, fields in the legacy serializer's order, nulls left out (contract 4.2)."""
     i = lease.instance
+    return {**_head(i), "leaseInfo": lease_dict(lease), **_tail(i)}
+
+
+def lease_dict(lease: LeaseRecord) -> dict[str, int]:
+    i = lease.instance
+    return {
+        "renewalIntervalInSecs": i.renewal_interval_secs,
+        "durationInSecs": i.duration_secs,
+        "registrationTimestamp": lease.registration_ms,
+        "lastRenewalTimestamp": lease.last_renewal_ms,
+        "evictionTimestamp": lease.eviction_ms,
+        "serviceUpTimestamp": lease.service_up_ms,
+    }
+
+
+def _head(i: InstanceInfo) -> dict[str, Any]:
+    """The fields before `leaseInfo`."""
     d: dict[str, Any] = {
         "instanceId": i.instance_id,
         "hostName": i.host_name,
@@ -78,15 +122,12 @@ def instance_dict(lease: LeaseRecord) -> dict[str, Any]:
     d["dataCenterInfo"] = {"@class": dc.class_name, "name": dc.name}
     if dc.metadata:
         d["dataCenterInfo"]["metadata"] = dict(dc.metadata)
-    d["leaseInfo"] = {
-        "renewalIntervalInSecs": i.renewal_interval_secs,
-        "durationInSecs": i.duration_secs,
-        "registrationTimestamp": lease.registration_ms,
-        "lastRenewalTimestamp": lease.last_renewal_ms,
-        "evictionTimestamp": lease.eviction_ms,
-        "serviceUpTimestamp": lease.service_up_ms,
-    }
-    d["metadata"] = dict(i.metadata) if i.metadata else EMPTY_MAP
+    return d
+
+
+def _tail(i: InstanceInfo) -> dict[str, Any]:
+    """The fields after `leaseInfo`."""
+    d: dict[str, Any] = {"metadata": dict(i.metadata) if i.metadata else EMPTY_MAP}
     for key, value in optional_texts(i):
         if value is not None:
             d[key] = value

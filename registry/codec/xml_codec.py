@@ -19,7 +19,7 @@ from defusedxml.ElementTree import fromstring
 
 from registry.codec.wire import optional_texts
 from registry.errors import BadInput
-from registry.model import LeaseRecord
+from registry.model import InstanceInfo, LeaseRecord
 
 _PLAIN_NAME = re.compile(r"[A-Za-z][A-Za-z0-9.\-]*")
 _NAME_CHAR = re.compile(r"[A-Za-z0-9.\-]")
@@ -121,9 +121,38 @@ APPLICATION_TAIL = b""
 
 
 def instance_item(lease: LeaseRecord) -> bytes:
-    out: list[str] = []
-    _instance(out, lease)
-    return "".join(out).encode()
+    head, tail = instance_parts(lease.instance)
+    return head + lease_part(lease) + tail
+
+
+def instance_parts(i: InstanceInfo) -> tuple[bytes, bytes]:
+    """The item around its `leaseInfo` (see json_codec.instance_parts)."""
+    head: list[str] = []
+    tail: list[str] = []
+    _head(head, i)
+    _tail(tail, i)
+    return "".join(head).encode(), "".join(tail).encode()
+
+
+def lease_part(lease: LeaseRecord) -> bytes:
+    i = lease.instance
+    return (
+        b"<leaseInfo>"
+        b"<renewalIntervalInSecs>%d</renewalIntervalInSecs>"
+        b"<durationInSecs>%d</durationInSecs>"
+        b"<registrationTimestamp>%d</registrationTimestamp>"
+        b"<lastRenewalTimestamp>%d</lastRenewalTimestamp>"
+        b"<evictionTimestamp>%d</evictionTimestamp>"
+        b"<serviceUpTimestamp>%d</serviceUpTimestamp>"
+        b"</leaseInfo>"
+    ) % (
+        i.renewal_interval_secs,
+        i.duration_secs,
+        lease.registration_ms,
+        lease.last_renewal_ms,
+        lease.eviction_ms,
+        lease.service_up_ms,
+    )
 
 
 def applications_head(*, version: str, hashcode: str) -> bytes:
@@ -139,8 +168,7 @@ def application_block(name: str, items: Iterable[bytes]) -> bytes:
     )
 
 
-def _instance(out: list[str], lease: LeaseRecord) -> None:
-    i = lease.instance
+def _head(out: list[str], i: InstanceInfo) -> None:
     out.append("<instance>")
     _leaf(out, "instanceId", i.instance_id)
     _leaf(out, "hostName", i.host_name)
@@ -161,16 +189,9 @@ def _instance(out: list[str], lease: LeaseRecord) -> None:
     if dc.metadata:
         _map(out, dc.metadata)
     out.append("</dataCenterInfo>")
-    out.append(
-        "<leaseInfo>"
-        f"<renewalIntervalInSecs>{i.renewal_interval_secs}</renewalIntervalInSecs>"
-        f"<durationInSecs>{i.duration_secs}</durationInSecs>"
-        f"<registrationTimestamp>{lease.registration_ms}</registrationTimestamp>"
-        f"<lastRenewalTimestamp>{lease.last_renewal_ms}</lastRenewalTimestamp>"
-        f"<evictionTimestamp>{lease.eviction_ms}</evictionTimestamp>"
-        f"<serviceUpTimestamp>{lease.service_up_ms}</serviceUpTimestamp>"
-        "</leaseInfo>"
-    )
+
+
+def _tail(out: list[str], i: InstanceInfo) -> None:
     if i.metadata:
         _map(out, i.metadata)
     else:

@@ -150,12 +150,12 @@ def _instance_payload(request: web.Request, lease: Lease) -> web.Response:
 async def _vip_payload(request: web.Request, *, secure: bool) -> web.Response:
     request.app[READS].check()
     address = request.match_info["vip"]
-    registry, catalog, clock = request.app[REGISTRY], request.app[CATALOG], request.app[CLOCK]
+    registry, catalog = request.app[REGISTRY], request.app[CATALOG]
     fmt = response_format(request)
     return await cached_payload(
         request,
         (cache.VIP, secure, address),
         fmt,
-        lambda: payloads.vip(registry, catalog, address, fmt, secure=secure, now=clock.monotonic()),
+        lambda: payloads.vip(registry, catalog, address, fmt, secure=secure),
         otherwise=lambda: payloads.no_vip(registry, fmt),
     )

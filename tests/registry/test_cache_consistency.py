@@ -182,7 +182,7 @@ class CachedRegistry(RuleBasedStateMachine):
                 for secure in (False, True):
                     checks[(cache.VIP, secure, vip, fmt)] = (
                         lambda v=vip, s=secure, f=fmt: (
-                            payloads.vip(r, c, v, f, secure=s, now=now) or payloads.no_vip(r, f)
+                            payloads.vip(r, c, v, f, secure=s) or payloads.no_vip(r, f)
                         ),
                         lambda v=vip, s=secure, f=fmt: reference.vip(r, v, f, secure=s),
                     )

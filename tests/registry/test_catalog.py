@@ -38,7 +38,7 @@ class TestCost:
         for fmt in Format:
             payloads.full_registry(registry, catalog, fmt, now=1.0)
             payloads.application(registry, catalog, "APP7", fmt, now=1.0)
-            payloads.vip(registry, catalog, "app3", fmt, secure=False, now=1.0)
+            payloads.vip(registry, catalog, "app3", fmt, secure=False)
         assert 2 * INSTANCES + 2 * 2 == catalog.encoded
 
     def test_untouched_applications_keep_their_blocks(self):
@@ -66,11 +66,13 @@ class TestCost:
 
 
 class TestRefresh:
-    async def test_items_older_than_the_max_age_are_encoded_again(self):
-        """Heartbeats do not re-encode: the refresh does, once items pass the max age, and
-        says which documents to drop."""
+    async def test_blocks_older_than_the_max_age_are_joined_again_without_encoding(self):
+        """Heartbeats do not rebuild blocks: the refresh does, once they pass the max age,
+        writing the leases' numbers afresh around the instances' kept parts, and says which
+        documents to drop."""
         registry, catalog = populated()
         payloads.full_registry(registry, catalog, Format.JSON, now=0.0)
+        registry.renew("APP0", "i-0", now_ms=T0 + 20_000)
         refreshed: list[tuple[str, set[str]]] = []
         pacer = Pacer()
         assert 0 == await catalog.refresh(
@@ -80,7 +82,9 @@ class TestRefresh:
             now=31.0, refreshed=lambda a, v: refreshed.append((a, v)), pacer=pacer
         )
         assert ("APP0", {"app0"}) == refreshed[0]
-        assert 2 * INSTANCES == catalog.encoded
+        assert INSTANCES == catalog.encoded
+        block = bytes(catalog.block("APP0", Format.JSON, now=31.0).data)
+        assert b'"lastRenewalTimestamp":%d' % (T0 + 20_000) in block
 
 
 class TestVips:

@@ -18,6 +18,7 @@ from registry.model import (
     DataCenterInfo,
     InstanceInfo,
     InstanceStatus,
+    Lease,
     LeaseSnapshot,
     PortInfo,
 )
@@ -123,6 +124,19 @@ class TestRoundTrip:
             escape_name("a$b"),
             escape_name("management.port"),
         )
+
+
+class TestItemsInParts:
+    @given(instances(), st.integers(0, 2**48), st.integers(0, 2**48))
+    def test_an_item_from_its_parts_is_the_instance_encoded_whole(self, instance, since, last):
+        """Head, lease part and tail join into exactly what orjson writes for the whole."""
+        lease = Lease(
+            instance=instance, duration_ms=90_000, registration_ms=since, last_renewal_ms=last
+        )
+        whole = orjson.dumps(json_codec.instance_dict(lease))
+        assert whole == json_codec.instance_item(lease)
+        read = xml_codec.decode(xml_codec.instance_item(lease), root="instance")
+        assert str(last) == read["leaseInfo"]["lastRenewalTimestamp"]
 
 
 class TestLenientInput:
