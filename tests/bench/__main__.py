@@ -21,6 +21,8 @@ from typing import Any
 from registry.__main__ import loop_name, new_event_loop
 from tests.bench.load import LoadGenerator
 from tests.bench.propagation import propagation
+from tests.bench.scale import scale
+from tests.bench.scale_report import scale_rows
 from tests.bench.scenarios import SCENARIOS, Plan, memory, replication, throughput
 from tests.bench.store import store
 
@@ -42,6 +44,9 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=3.0, help="length of each run")
     parser.add_argument("--connections", type=int, default=32)
     parser.add_argument("--python-load", action="store_true", help="use the Python generator")
+    parser.add_argument("--scale-instances", type=int, default=100_000)
+    parser.add_argument("--scale-apps", type=int, default=500)
+    parser.add_argument("--scale-seconds", type=float, default=30.0, help="of the mixed load")
     parser.add_argument(
         "--scenarios",
         default=",".join(SCENARIOS),
@@ -52,6 +57,7 @@ def main() -> int:
     if args.smoke:
         args.instances, args.memory_instances, args.runs, args.seconds = 200, 2_000, 1, 1.0
         args.connections = 8
+        args.scale_instances, args.scale_apps, args.scale_seconds = 2_000, 20, 5.0
 
     load = LoadGenerator(connections=args.connections, prefer_wrk=not args.python_load)
     chosen = frozenset(args.scenarios.split(","))
@@ -67,6 +73,9 @@ def main() -> int:
         warm_up=not args.smoke,
         lag_samples=20 if args.smoke else 200,
         smoke=args.smoke,
+        scale_instances=args.scale_instances,
+        scale_apps=args.scale_apps,
+        scale_seconds=args.scale_seconds,
     )
     machine = describe_machine(load)
     print(
@@ -103,6 +112,8 @@ async def run(plan: Plan) -> dict[str, Any]:
         results["propagation"] = await propagation(plan)
     if "store" in plan.scenarios:
         results["store"] = await store(plan)
+    if "scale" in plan.scenarios:
+        results["scale"] = await scale(plan)
     return results
 
 
@@ -183,6 +194,8 @@ def table(results: dict[str, Any], *, judged: bool = True) -> str:
         rows.extend(_propagation_rows(results["propagation"], judged=judged))
     if "store" in results:
         rows.extend(_store_rows(results["store"]))
+    if "scale" in results:
+        rows.extend(scale_rows(results["scale"], judged=judged))
     if "memory" not in results:
         return _render(rows)
     mem = results["memory"]

@@ -26,6 +26,7 @@ SCENARIOS = (
     "memory",
     "propagation",
     "store",
+    "scale",
 )
 # The delta scenario's window, in seconds (Eureka's is 180).
 DELTA_WINDOW = 3
@@ -70,6 +71,9 @@ class Plan:
     warm_up: bool = True
     lag_samples: int = 200  # changes the replication scenario times
     smoke: bool = False  # scenarios that cannot scale by the figures above pick smaller sizes
+    scale_instances: int = 100_000  # the scale scenario's registry
+    scale_apps: int = 500
+    scale_seconds: float = 30.0  # of its mixed workload
 
 
 @dataclass

@@ -1,0 +1,147 @@
+"""What the scale scenario sends, and how it times what it sends.
+
+Its sizes; its instances, each with the registration body and heartbeat a fleet's client would
+send; and timed requests over aiohttp sessions that leave answers compressed. Shared by the
+scenario (`tests.bench.scale`) and its helper processes (`tests.bench.scale_clients`).
+"""
+
+from __future__ import annotations
+
+import collections
+import hashlib
+import json
+import statistics
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+
+from tests.bench import workloads
+from tests.bench.scenarios import _percentile
+
+REQUEST_TIMEOUT = 120.0  # seconds, for any one request
+FORMS = {  # name: request headers
+    "json": {"Accept": "application/json"},
+    "xml": {"Accept": "application/xml"},
+    "json+gzip": {"Accept": "application/json", "Accept-Encoding": "gzip"},
+    "xml+gzip": {"Accept": "application/xml", "Accept-Encoding": "gzip"},
+}
+JSON_BODY = {"Content-Type": "application/json"}
+ZONES = ("eu-west-1a", "eu-west-1b", "eu-west-1c")
+
+
+@dataclass(frozen=True)
+class Sizes:
+    instances: int
+    apps: int
+    seconds: float
+
+
+# Instances ----------------------------------------------------------------------------------
+
+
+def scale_instance(k: int, apps: int) -> tuple[str, str, str]:
+    """(app, instance id, ip) of the k-th instance, the applications taking turns."""
+    ip = f"10.{k // 65536 % 256}.{k // 256 % 256}.{k % 256}"
+    return f"SCALE{k % apps}", f"scale-{k}", ip
+
+
+def registration(k: int, apps: int) -> tuple[str, bytes]:
+    """The k-th instance's registration path and JSON body, with the metadata a Spring Cloud
+    service typically carries (VIP address: the application's name in lower case)."""
+    app, iid, ip = scale_instance(k, apps)
+    body = workloads.instance_body(app, iid, ip)
+    body["instance"]["metadata"] = {  # type: ignore[index]
+        "management.port": "8081",
+        "zone": ZONES[k % len(ZONES)],
+        "version": f"2.{k % 7}.{k % 13}",
+        "git.commit": hashlib.sha1(app.encode()).hexdigest(),
+        "profile": "production",
+    }
+    # json, not orjson: each small result of orjson's kept about 8 KB resident (measured with
+    # orjson 3.13), and the registering process holds all of them at once
+    return f"/eureka/apps/{app}", json.dumps(body, separators=(",", ":")).encode()
+
+
+def heartbeat_path(k: int, apps: int) -> str:
+    app, iid, _ = scale_instance(k, apps)
+    return f"/eureka/apps/{app}/{iid}?status=UP&lastDirtyTimestamp={workloads.DIRTY_MS}"
+
+
+# Timings ------------------------------------------------------------------------------------
+
+
+@dataclass
+class Timings:
+    """Round trips of one kind of request, and how many failed, timed out or were skipped."""
+
+    ms: list[float] = field(default_factory=list)
+    sizes: list[int] = field(default_factory=list)
+    errors: int = 0
+    timeouts: int = 0
+    skipped: int = 0  # fell due while the one before was still out
+    error_kinds: collections.Counter[str] = field(default_factory=collections.Counter)
+
+    def failed(self, kind: str) -> None:
+        """Count an error: `kind` names the exception, or the status answered."""
+        self.errors += 1
+        self.error_kinds[kind] += 1
+
+    async def request(
+        self,
+        session: aiohttp.ClientSession,
+        method: str,
+        url: str,
+        *,
+        headers: dict[str, str],
+        data: bytes | None = None,
+        expect: int = 200,
+    ) -> None:
+        """One request, timed; only `headers` ask for gzip (aiohttp's own default would)."""
+        started = time.perf_counter()
+        try:
+            async with session.request(
+                method, url, headers=headers, data=data, skip_auto_headers=["Accept-Encoding"]
+            ) as response:
+                body = await response.read()
+        except TimeoutError:
+            self.timeouts += 1
+            return
+        except aiohttp.ClientError as exc:
+            self.failed(type(exc).__name__)
+            return
+        if response.status != expect:
+            self.failed(f"status {response.status}")
+            return
+        self.ms.append(1000 * (time.perf_counter() - started))
+        self.sizes.append(len(body))
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "count": len(self.ms),
+            "p50_ms": _percentile(self.ms, 0.50),
+            "p99_ms": _percentile(self.ms, 0.99),
+            "max_ms": _percentile(self.ms, 1.0),
+            "median_ms": round(statistics.median(self.ms), 1) if self.ms else None,
+            "bytes_median": round(statistics.median(self.sizes)) if self.sizes else None,
+            "errors": self.errors,
+            "error_kinds": dict(self.error_kinds),
+            "timeouts": self.timeouts,
+            "skipped": self.skipped,
+        }
+
+
+def new_session(limit: int) -> aiohttp.ClientSession:
+    """A session that leaves answers compressed; `limit` connections (0: no limit), kept open
+    while idle as long as a request may last."""
+    return aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(limit=limit, keepalive_timeout=REQUEST_TIMEOUT),
+        timeout=aiohttp.ClientTimeout(total=REQUEST_TIMEOUT),
+        auto_decompress=False,
+    )
+
+
+def new_status_session() -> aiohttp.ClientSession:
+    """For `status`, which may come gzipped (aiohttp asks for it) and is read as JSON."""
+    return aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=REQUEST_TIMEOUT))
