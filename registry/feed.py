@@ -17,6 +17,7 @@ import orjson
 from registry.clock import Clock
 from registry.codec.json_codec import instance_dict
 from registry.core import Registry
+from registry.journal import Entry
 from registry.model import ChangeEvent
 from registry.tasks import wait_set
 
@@ -80,8 +81,8 @@ class ChangeFeed:
         """A stream's event id: the index, and the epoch it belongs to."""
         return f"{index}@{self._registry.epoch}"
 
-    def encoded(self, event: ChangeEvent) -> bytes:
-        """`event` as a Server-Sent Event, encoded once for every stream."""
+    def encoded(self, event: Entry) -> bytes:
+        """A change as a Server-Sent Event, encoded once for every stream."""
         body = self._encoded.get(event.index)
         if body is None:
             if len(self._encoded) >= 2 * _KEEP_ENCODED:  # forget the older half

@@ -25,15 +25,19 @@ from registry.tasks import Pacer
 
 
 class Entry:
-    """One change as the journal keeps it: the event, its instance encoded once per format
-    when first asked, and where its instance stands in the window: the index of the next
-    change of the same instance, and (kept up to date on the latest entry of an instance only)
-    the index of the instance's first change in the window, which orders the delta."""
+    """One change as the journal keeps it: what the event said (not the event itself, which
+    also holds the instance as it was before), its instance encoded once per format when first
+    asked, and where its instance stands in the window: the index of the next change of the
+    same instance, and (kept up to date on the latest entry of an instance only) the index of
+    the instance's first change in the window, which orders the delta."""
 
-    __slots__ = ("_json", "_xml", "event", "first", "next_index")
+    __slots__ = ("_json", "_xml", "action", "at_ms", "first", "index", "lease", "next_index")
 
     def __init__(self, event: ChangeEvent) -> None:
-        self.event = event
+        self.action = event.action
+        self.lease = event.lease
+        self.index = event.index
+        self.at_ms = event.at_ms
         self.first = event.index
         self.next_index = 0  # 0: none yet
         self._json: bytes | None = None
@@ -43,10 +47,10 @@ class Entry:
         """The instance as an item of an application's instance list."""
         if fmt is Format.JSON:
             if self._json is None:
-                self._json = shape(fmt).instance_item(self.event.lease)
+                self._json = shape(fmt).instance_item(self.lease)
             return self._json
         if self._xml is None:
-            self._xml = shape(fmt).instance_item(self.event.lease)
+            self._xml = shape(fmt).instance_item(self.lease)
         return self._xml
 
 
@@ -108,16 +112,16 @@ class DeltaJournal:
         horizon = now_ms - self.retention_ms
         entries = self._entries
         purged = 0
-        while entries and entries[0].event.at_ms < horizon:
+        while entries and entries[0].at_ms < horizon:
             entry = entries.popleft()
-            self.forgotten_index = entry.event.index
+            self.forgotten_index = entry.index
             self._forget(entry)
             purged += 1
         return purged
 
     def _forget(self, entry: Entry) -> None:
         # The oldest change in the window is its instance's first there.
-        instance = entry.event.lease.instance
+        instance = entry.lease.instance
         changed = self._changed[instance.app]
         if entry.next_index:
             changed.members[instance.instance_id].first = entry.next_index
@@ -149,28 +153,24 @@ class DeltaJournal:
         """Treat every change up to `index` as forgotten (those of a run before a restart)."""
         self.forgotten_index = max(self.forgotten_index, index)
 
-    def after(self, index: int) -> list[ChangeEvent] | None:
+    def after(self, index: int) -> list[Entry] | None:
         """The changes after registry index `index`, oldest first; None when some of them
         have been forgotten already, so only a full fetch can catch up."""
-        entries = self._entries_after(index)
-        return None if entries is None else [entry.event for entry in entries]
-
-    def since(self, index: int) -> list[tuple[str, list[Entry]]] | None:
-        """The latest entry of every instance changed after `index`, grouped as a delta
-        groups them (None: forgotten, as `after`)."""
-        entries = self._entries_after(index)
-        return None if entries is None else grouped(entries)
-
-    def _entries_after(self, index: int) -> list[Entry] | None:
         if index < self.forgotten_index:
             return None
         newer: list[Entry] = []
         for entry in reversed(self._entries):  # from the newest: usually only a few to take
-            if entry.event.index <= index:
+            if entry.index <= index:
                 break
             newer.append(entry)
         newer.reverse()
         return newer
+
+    def since(self, index: int) -> list[tuple[str, list[Entry]]] | None:
+        """The latest entry of every instance changed after `index`, grouped as a delta
+        groups them (None: forgotten, as `after`)."""
+        entries = self.after(index)
+        return None if entries is None else grouped(entries)
 
     def deleted(self, app: str) -> dict[str, int]:
         """Instance id -> when it was last removed, for the instances of `app` removed within
@@ -179,9 +179,9 @@ class DeltaJournal:
         if changed is None:
             return {}
         return {
-            iid: entry.event.at_ms
+            iid: entry.at_ms
             for iid, entry in changed.members.items()
-            if entry.event.action is ActionType.DELETED
+            if entry.action is ActionType.DELETED
         }
 
     def __len__(self) -> int:
@@ -193,7 +193,7 @@ def grouped(entries: Iterable[Entry]) -> list[tuple[str, list[Entry]]]:
     and instances in the order of their first change."""
     latest: dict[tuple[str, str], Entry] = {}
     for entry in entries:
-        instance = entry.event.lease.instance
+        instance = entry.lease.instance
         latest[(instance.app, instance.instance_id)] = entry
     by_app: dict[str, list[Entry]] = {}
     for (app, _), entry in latest.items():

@@ -11,8 +11,8 @@ import orjson
 from registry.codec import Format, json_codec, xml_codec
 from registry.core import Registry
 from registry.hashcode import reconcile_hash
-from registry.journal import DeltaJournal
-from registry.model import ChangeEvent, LeaseRecord
+from registry.journal import DeltaJournal, Entry
+from registry.model import LeaseRecord
 
 Apps = Iterable[tuple[str, Iterable[LeaseRecord]]]
 
@@ -47,7 +47,7 @@ def delta(registry: Registry, journal: DeltaJournal, fmt: Format, *, now_ms: int
     return changes(registry, events, fmt)
 
 
-def changes(registry: Registry, events: Iterable[ChangeEvent], fmt: Format) -> bytes:
+def changes(registry: Registry, events: Iterable[Entry], fmt: Format) -> bytes:
     return applications(fmt, grouped(events), version=str(registry.index), hashcode=_hash(registry))
 
 
@@ -68,7 +68,7 @@ def vip(registry: Registry, address: str, fmt: Format, *, secure: bool) -> bytes
     return applications(fmt, matches, version="-1", hashcode=reconcile_hash(statuses))
 
 
-def grouped(events: Iterable[ChangeEvent]) -> list[tuple[str, list[LeaseRecord]]]:
+def grouped(events: Iterable[Entry]) -> list[tuple[str, list[LeaseRecord]]]:
     """The latest snapshot of each instance, grouped by app in first-seen order."""
     latest: dict[tuple[str, str], LeaseRecord] = {}
     for event in events:
