@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import asyncio
 
-from registry.codec.deflate import Segment, gzip_pieces
+from registry.codec.deflate import GzipPieces, Segment
+from registry.tasks import Pacer
 
 # Less than this much to compress is done at once on the loop: a thread costs more.
 _INLINE_BYTES = 32 * 1024
@@ -64,26 +65,38 @@ class Document:
 
     async def gzipped(self) -> list[bytes]:
         """The gzip form, as pieces. The segments it lacks are compressed in a thread, once
-        however many clients ask at the same time."""
+        however many clients ask at the same time; their CRCs are combined on the loop, a
+        slice at a time."""
         if isinstance(self._gzip, list):
             return self._gzip
         if self._gzip is None:
-            missing = sum(len(block) for block in self.blocks if block.segment is None)
-            if missing <= _INLINE_BYTES:
-                self._gzip = _assemble(self.blocks)
-                return self._gzip
-            # zlib lets go of the GIL while it compresses: the loop goes on meanwhile.
-            task = asyncio.ensure_future(asyncio.to_thread(_assemble, self.blocks))
-            self._gzip = task
-            task.add_done_callback(self._keep)
+            self._gzip = asyncio.ensure_future(self._assemble())
         # Shielded: a waiting client that goes away must not cancel the others' compression.
-        return await asyncio.shield(self._gzip)
+        gzipped = await asyncio.shield(self._gzip)
+        self._gzip = gzipped
+        return gzipped
 
-    def _keep(self, task: asyncio.Future[list[bytes]]) -> None:
-        if task.cancelled() or task.exception() is not None:
+    async def _assemble(self) -> list[bytes]:
+        try:
+            missing = [block for block in self.blocks if block.segment is None]
+            if sum(len(block) for block in missing) <= _INLINE_BYTES:
+                _compress(missing)
+            else:
+                # zlib lets go of the GIL while it compresses: the loop goes on meanwhile.
+                await asyncio.to_thread(_compress, missing)
+            gzip, pacer = GzipPieces(), Pacer()
+            for block in self.blocks:
+                gzip.add(_segment(block))
+                await pacer.pace()
+            return gzip.finish()
+        except BaseException:
             self._gzip = None  # the next reader tries again
-        else:
-            self._gzip = task.result()
+            raise
+
+
+def _compress(blocks: list[Block]) -> None:
+    for block in blocks:
+        _segment(block)
 
 
 def _segment(block: Block) -> Segment:
@@ -91,7 +104,3 @@ def _segment(block: Block) -> Segment:
     if segment is None:
         segment = block.segment = Segment(block.data)
     return segment
-
-
-def _assemble(blocks: list[Block]) -> list[bytes]:
-    return gzip_pieces(_segment(block) for block in blocks)

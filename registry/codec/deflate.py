@@ -16,9 +16,11 @@ import struct
 import zlib
 from collections.abc import Iterable
 
-__all__ = ["FINAL", "HEADER", "Segment", "crc32_combine", "deflate", "gzip_pieces"]
+__all__ = ["FINAL", "HEADER", "GzipPieces", "Segment", "crc32_combine", "deflate", "gzip_pieces"]
 
-LEVEL = 6
+# Level 1: a quarter of level 6's CPU (0.36 ms beside 1.45 ms for 240 KB of XML) for 6 % more
+# bytes: these documents repeat themselves so much that both shrink them 30 to 40 times.
+LEVEL = 1
 # A gzip header: deflate, no flags, no modification time, no extra flags, OS unknown.
 HEADER = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff"
 FINAL = b"\x03\x00"  # an empty final block with fixed codes: ends the deflate stream
@@ -28,18 +30,28 @@ _X0 = 1 << 31  # the polynomial 1 (x^0), reflected
 
 
 class Segment:
-    """Raw deflate of one piece, with what combining its CRC into a document's needs."""
+    """Raw deflate of one piece, with what combining its CRC into a document's needs.
 
-    __slots__ = ("crc", "deflated", "length", "shift")
+    Made with zlib alone (which lets go of the GIL), so a thread can make many while the event
+    loop goes on; the arithmetic of combining is pure Python and belongs on the loop, in
+    slices: a thread running Python would hold the GIL from the loop 5 ms at a time."""
+
+    __slots__ = ("_shift", "crc", "deflated", "length")
 
     def __init__(self, data: bytes | memoryview) -> None:
         compressor = zlib.compressobj(LEVEL, zlib.DEFLATED, -15)
         self.deflated = compressor.compress(data) + compressor.flush(zlib.Z_SYNC_FLUSH)
         self.crc = zlib.crc32(data)
         self.length = len(data)
-        # x^(8 * length) modulo the polynomial: what a CRC is multiplied by when this piece
-        # follows it. Computed here, once, so combining costs one multiplication per piece.
-        self.shift = _x2n(self.length, 3)
+        self._shift = 0
+
+    @property
+    def shift(self) -> int:
+        """x^(8 * length) modulo the polynomial: what a CRC is multiplied by when this piece
+        follows it; computed once, so combining costs one multiplication per piece."""
+        if not self._shift:  # never 0 for a real power of x
+            self._shift = _x2n(self.length, 3)
+        return self._shift
 
 
 def deflate(data: bytes | memoryview) -> Segment:
@@ -48,15 +60,28 @@ def deflate(data: bytes | memoryview) -> Segment:
 
 def gzip_pieces(segments: Iterable[Segment]) -> list[bytes]:
     """The gzip form of the concatenation of what `segments` hold, as pieces to send in order."""
-    pieces = [HEADER]
-    crc = length = 0
+    gzip = GzipPieces()
     for segment in segments:
-        pieces.append(segment.deflated)
-        crc = _multiply(segment.shift, crc) ^ segment.crc
-        length += segment.length
-    pieces.append(FINAL)
-    pieces.append(struct.pack("<II", crc, length & 0xFFFFFFFF))
-    return pieces
+        gzip.add(segment)
+    return gzip.finish()
+
+
+class GzipPieces:
+    """`gzip_pieces` a segment at a time, for a caller that gives the loop turns between."""
+
+    def __init__(self) -> None:
+        self.pieces = [HEADER]
+        self._crc = self._length = 0
+
+    def add(self, segment: Segment) -> None:
+        self.pieces.append(segment.deflated)
+        self._crc = _multiply(segment.shift, self._crc) ^ segment.crc
+        self._length += segment.length
+
+    def finish(self) -> list[bytes]:
+        self.pieces.append(FINAL)
+        self.pieces.append(struct.pack("<II", self._crc, self._length & 0xFFFFFFFF))
+        return self.pieces
 
 
 def crc32_combine(crc1: int, crc2: int, length2: int) -> int:

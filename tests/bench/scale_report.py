@@ -87,6 +87,12 @@ def scale_rows(figure: dict[str, Any], *, judged: bool) -> list[Row]:
         _row(
             "  plain full fetch after a change",
             ", ".join(_timing(name, after[name]) for name in ("json", "xml")),
+            side="headers after: "
+            + ", ".join(
+                f"{name} {after[name]['answered_median_ms']} ms "
+                f"(max {after[name]['answered_max_ms']})"
+                for name in ("json", "xml")
+            ),
             target=f"max <= {AFTER_CHANGE_MS} ms {_verdict(quick, judged)}",
         ),
         _row(

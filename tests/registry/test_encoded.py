@@ -55,8 +55,8 @@ class TestDocument:
     async def test_concurrent_readers_compress_once(self, monkeypatch):
         """Many clients asking at once share one compression."""
         calls = []
-        real = encoded._assemble
-        monkeypatch.setattr(encoded, "_assemble", lambda blocks: calls.append(1) or real(blocks))
+        real = encoded._compress
+        monkeypatch.setattr(encoded, "_compress", lambda blocks: calls.append(1) or real(blocks))
         document = Document([Block(b"payload" * 100_000)], index=1)
         results = await asyncio.gather(*(document.gzipped() for _ in range(5)))
         assert {b"payload" * 100_000} == {gzip.decompress(b"".join(r)) for r in results}
