@@ -17,6 +17,7 @@ from registry.tasks import Pacer
 
 # Less than this much to compress is done at once on the loop: a thread costs more.
 _INLINE_BYTES = 32 * 1024
+WRITE_BYTES = 256 * 1024
 
 
 class Block:
@@ -88,10 +89,28 @@ class Document:
             for block in self.blocks:
                 gzip.add(_segment(block))
                 await pacer.pace()
-            return gzip.finish()
+            return coalesced(gzip.finish())
         except BaseException:
             self._gzip = None  # the next reader tries again
             raise
+
+
+def coalesced(pieces: list[bytes]) -> list[bytes]:
+    """Small pieces joined into writes of about `WRITE_BYTES`: a gzip document is hundreds
+    of segments of a few KB, and each write is a system call, for every client that reads it.
+    Joined once here, for all of them."""
+    out: list[bytes] = []
+    group: list[bytes] = []
+    size = 0
+    for piece in pieces:
+        group.append(piece)
+        size += len(piece)
+        if size >= WRITE_BYTES:
+            out.append(b"".join(group))
+            group, size = [], 0
+    if group:
+        out.append(b"".join(group))
+    return out
 
 
 def _compress(blocks: list[Block]) -> None:

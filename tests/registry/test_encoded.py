@@ -77,3 +77,11 @@ class TestDocument:
         block = Block(b",{}")
         assert b"{}" == bytes(block.rest().data)
         assert block.rest() is block.rest()
+
+
+class TestCoalesced:
+    @given(st.lists(st.binary(max_size=100_000), max_size=40))
+    def test_pieces_are_joined_in_order_into_few_writes(self, pieces):
+        joined = encoded.coalesced(pieces)
+        assert b"".join(pieces) == b"".join(joined)
+        assert all(len(write) >= encoded.WRITE_BYTES for write in joined[:-1])
