@@ -188,8 +188,15 @@ class Registry:
                 overrides.setdefault(iid, instance.overridden_status)
             override = overrides.get(iid)
             status, decision = decide(CHAIN, instance.status, override, None, True)
+            if (
+                instance.status is not status
+                or instance.overridden_status is not (override or _UNKNOWN)
+                or instance.action_type is not ActionType.ADDED
+                or instance.last_updated_ms != now_ms
+            ):
+                instance = _registered(instance, status, override, now_ms)
             leases[iid] = Lease(
-                instance=_registered(instance, status, override, now_ms),
+                instance=instance,
                 duration_ms=instance.duration_secs * 1000,
                 registration_ms=now_ms,
                 last_renewal_ms=now_ms,

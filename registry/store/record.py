@@ -62,8 +62,10 @@ def encode(i: InstanceInfo) -> bytes:
     )
 
 
-def decode(data: bytes | str) -> InstanceInfo:
-    """The instance a row holds; BadInput when the row is damaged."""
+def decode(data: bytes | str, *, registered_ms: int | None = None) -> InstanceInfo:
+    """The instance a row holds; BadInput when the row is damaged. With `registered_ms`, as a
+    registration at that time leaves it (`actionType` ADDED, `lastUpdatedTimestamp` then), so a
+    warm restart need not make each instance twice."""
     try:
         f = orjson.loads(data)
         if not isinstance(f, list) or len(f) != _FIELDS:
@@ -90,9 +92,13 @@ def decode(data: bytes | str) -> InstanceInfo:
             secure_health_check_url=_optional(f[22]),
             vip_address=_optional(f[23]),
             secure_vip_address=_optional(f[24]),
-            last_updated_ms=_number(f[25]),
+            last_updated_ms=_number(f[25]) if registered_ms is None else registered_ms,
             last_dirty_ms=_number(f[26]),
-            action_type=None if f[27] is None else _ACTIONS[f[27]],
+            action_type=(
+                (None if f[27] is None else _ACTIONS[f[27]])
+                if registered_ms is None
+                else ActionType.ADDED
+            ),
             asg_name=_optional(f[28]),
         )
     except (orjson.JSONDecodeError, KeyError, TypeError) as exc:

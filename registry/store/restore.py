@@ -28,6 +28,8 @@ log = structlog.get_logger()
 def restore(registry: Registry, journal: DeltaJournal, snapshot: Snapshot, *, now_ms: int) -> int:
     """Load `snapshot` into an empty registry; returns how many instances came back."""
     registry.restore({o.instance_id: o.status for o in snapshot.overrides}, snapshot.index)
+    # At the time the store read them as registered: most need not be made again.
+    now_ms = snapshot.registered_ms or now_ms
     registry.load((stored.instance for stored in snapshot.instances), now_ms=now_ms)
     # Changes the last run made after its last write are lost, so its indexes cannot be
     # trusted: refuse them all (the restored instances are in any full fetch).

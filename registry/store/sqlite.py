@@ -83,6 +83,7 @@ class Snapshot:
     overrides: list[StoredOverride]
     index: int
     epoch: str | None
+    registered_ms: int | None = None  # instances were read as registered at this time
 
 
 class Store:
@@ -128,15 +129,16 @@ class Store:
 
     # Reading -------------------------------------------------------------------------------
 
-    async def load(self) -> Snapshot:
+    async def load(self, *, registered_ms: int | None = None) -> Snapshot:
         """What the store holds. A row that cannot be read is skipped with a log line: one bad
-        row must not cost the rest (nor stop the start-up)."""
+        row must not cost the rest (nor stop the start-up). With `registered_ms`, instances
+        come as registering them at that time leaves them (see `record.decode`)."""
         instances = []
         for app, iid, doc, registration_ms, service_up_ms in await self._db.execute_fetchall(
             "SELECT app, id, doc, registration_ms, service_up_ms FROM instances"
         ):
             try:
-                instance = _instance(doc)
+                instance = _instance(doc, registered_ms)
             except (BadInput, ValueError) as exc:
                 log.error(
                     "store_row_unreadable", table="instances", app=app, id=iid, cause=str(exc)
@@ -157,7 +159,8 @@ class Store:
             overrides.append(StoredOverride(app, iid, known, reason, set_ms, expires_ms, by))
         rows = await self._db.execute_fetchall("SELECT key, value FROM meta")
         meta: dict[str, str] = {key: value for key, value in rows}
-        return Snapshot(instances, overrides, int(meta.get("index", 0)), meta.get("epoch"))
+        index, epoch = int(meta.get("index", 0)), meta.get("epoch")
+        return Snapshot(instances, overrides, index, epoch, registered_ms)
 
     async def history(self, *, since_ms: int = 0) -> list[dict[str, object]]:
         """The override audit trail from `since_ms`, oldest first."""
@@ -246,10 +249,10 @@ class Store:
                 raise
 
 
-def _instance(doc: bytes | str) -> InstanceInfo:
+def _instance(doc: bytes | str, registered_ms: int | None) -> InstanceInfo:
     """A row's instance: the compact form, or a wire document from before it."""
     if doc[:1] in ("[", b"["):
-        return record.decode(doc)
+        return record.decode(doc, registered_ms=registered_ms)
     return wire.instance_from_wire(orjson.loads(doc), now_ms=0)
 
 

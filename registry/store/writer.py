@@ -91,7 +91,8 @@ class StoreWriter:
         `late_restore` (without what this run removed meanwhile) before writing.
         A store written by a newer server stops the start-up (NewerSchema)."""
         try:
-            snapshot = await (await self._open()).load()
+            store = await self._open()
+            snapshot = await store.load(registered_ms=self._clock.wall_ms())
         except NewerSchema:
             raise
         except (sqlite3.Error, OSError) as exc:
