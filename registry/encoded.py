@@ -17,7 +17,8 @@ from registry.tasks import Pacer
 
 # Less than this much to compress is done at once on the loop: a thread costs more.
 _INLINE_BYTES = 32 * 1024
-WRITE_BYTES = 256 * 1024
+# Pieces are joined up to this size: each write is a system call, for every client.
+WRITE_BYTES = 1024 * 1024
 
 
 class Block:
@@ -43,7 +44,7 @@ class Block:
 class Document:
     """One answer: its blocks, the registry index it shows, and when it was put together."""
 
-    __slots__ = ("_gzip", "blocks", "built_at", "index", "size")
+    __slots__ = ("_gzip", "_plain", "blocks", "built_at", "index", "size")
 
     def __init__(self, blocks: list[Block], index: int) -> None:
         self.blocks = blocks
@@ -51,6 +52,7 @@ class Document:
         self.index = index
         self.built_at = 0.0  # monotonic seconds; the response cache stamps it
         self._gzip: list[bytes] | asyncio.Future[list[bytes]] | None = None
+        self._plain: list[bytes | memoryview] | None = None
 
     @classmethod
     def of(cls, data: bytes, index: int = 0) -> Document:
@@ -62,7 +64,17 @@ class Document:
         return b"".join(block.data for block in self.blocks)
 
     def pieces(self) -> list[bytes | memoryview]:
-        return [block.data for block in self.blocks]
+        """What to write: the blocks as they are, or one buffer for a document of a megabyte
+        or less (joining a few small blocks once costs less than a write each, per client)."""
+        if self._plain is None:
+            datas = [block.data for block in self.blocks]
+            self._plain = [b"".join(datas)] if self.size <= WRITE_BYTES else datas
+        return self._plain
+
+    @property
+    def gzip(self) -> list[bytes] | None:
+        """The gzip form's pieces once made (`gzipped` makes them)."""
+        return self._gzip if isinstance(self._gzip, list) else None
 
     async def gzipped(self) -> list[bytes]:
         """The gzip form, as pieces. The segments it lacks are compressed in a thread, once
@@ -96,9 +108,9 @@ class Document:
 
 
 def coalesced(pieces: list[bytes]) -> list[bytes]:
-    """Small pieces joined into writes of about `WRITE_BYTES`: a gzip document is hundreds
-    of segments of a few KB, and each write is a system call, for every client that reads it.
-    Joined once here, for all of them."""
+    """Small pieces joined into writes of at least `WRITE_BYTES` (but the last): a gzip
+    document is hundreds of segments of a few KB, and each write is a system call, for every
+    client that reads it. Joined once here, for all of them."""
     out: list[bytes] = []
     group: list[bytes] = []
     size = 0

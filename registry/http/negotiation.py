@@ -53,23 +53,25 @@ async def cached_payload(
             raise RuntimeError(f"nothing to answer for {key}")
         document = otherwise()
     headers = {INDEX_HEADER: str(document.index)}
+    pieces: Sequence[bytes | memoryview]
     if "gzip" in request.headers.get(hdrs.ACCEPT_ENCODING, ""):
         headers[hdrs.CONTENT_ENCODING] = "gzip"
-        pieces = await document.gzipped()
-        body = Pieces(pieces, sum(len(piece) for piece in pieces), fmt.content_type)
+        pieces = document.gzip or await document.gzipped()
     else:
-        body = Pieces(document.pieces(), document.size, fmt.content_type)
-    return web.Response(body=body, headers=headers)
+        pieces = document.pieces()
+    if len(pieces) == 1:
+        return web.Response(body=pieces[0], content_type=fmt.content_type, headers=headers)
+    return web.Response(body=Pieces(pieces, fmt.content_type), headers=headers)
 
 
 class Pieces(Payload):
     """A response body sent as the pieces it is kept in: no copy into one buffer, and the
     transport's flow control between pieces, so a large document never holds up the loop."""
 
-    def __init__(self, pieces: Sequence[bytes | memoryview], size: int, content_type: str) -> None:
+    def __init__(self, pieces: Sequence[bytes | memoryview], content_type: str) -> None:
         super().__init__(pieces, content_type=content_type)
         self._pieces = pieces
-        self._size = size
+        self._size = sum(len(piece) for piece in pieces)
 
     def decode(self, encoding: str = "utf-8", errors: str = "strict") -> str:
         return b"".join(self._pieces).decode(encoding, errors)
