@@ -334,8 +334,8 @@ async def _journal_cleaner(app: web.Application) -> AsyncIterator[None]:
     refreshes the read-only cache layer when it is on."""
     clock, journal, cache, catalog = app[CLOCK], app[JOURNAL], app[CACHE], app[CATALOG]
 
-    def clean() -> None:
-        if journal.purge(now_ms=clock.wall_ms()):
+    async def clean() -> None:
+        if await journal.expire(now_ms=clock.wall_ms(), pacer=Pacer()):
             cache.drop_delta()
 
     async def refresh() -> None:

@@ -21,7 +21,7 @@ from operator import attrgetter
 from registry.codec import Format, shape
 from registry.encoded import Block
 from registry.model import ActionType, ChangeEvent
-from registry.tasks import Pacer
+from registry.tasks import SLICE, Pacer
 
 
 class Entry:
@@ -107,16 +107,26 @@ class DeltaJournal:
         changed.members[instance.instance_id] = entry
         changed.touched()
 
-    def purge(self, *, now_ms: int) -> int:
-        """Forget changes older than the retention window; returns how many went."""
+    def purge(self, *, now_ms: int, limit: int | None = None) -> int:
+        """Forget changes older than the retention window (at most `limit` of them); returns
+        how many went."""
         horizon = now_ms - self.retention_ms
         entries = self._entries
         purged = 0
-        while entries and entries[0].at_ms < horizon:
+        while entries and entries[0].at_ms < horizon and purged != limit:
             entry = entries.popleft()
             self.forgotten_index = entry.index
             self._forget(entry)
             purged += 1
+        return purged
+
+    async def expire(self, *, now_ms: int, pacer: Pacer) -> int:
+        """`purge`, a slice at a time: three minutes after a registration storm, a hundred
+        thousand changes leave the window at once. Returns how many went."""
+        purged = 0
+        while count := self.purge(now_ms=now_ms, limit=SLICE):
+            purged += count
+            await pacer.pace()
         return purged
 
     def _forget(self, entry: Entry) -> None:

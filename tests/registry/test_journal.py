@@ -7,6 +7,7 @@ import orjson
 from registry.codec import Format
 from registry.core import Registry
 from registry.journal import DeltaJournal
+from registry.tasks import SLICE, Pacer
 from tests.registry.test_core import T0, make
 
 
@@ -83,3 +84,17 @@ class TestOrder:
 
 def ids(journal: DeltaJournal, now_ms: int) -> list[tuple[str, list[str]]]:
     return [(app, [i["instanceId"] for i in items]) for app, items in recent(journal, now_ms)]
+
+
+class TestExpire:
+    async def test_a_storm_leaves_the_window_a_slice_at_a_time(self):
+        """Thousands of old changes go in slices with turns of the loop between, and the
+        delta then reads as after a purge in one go."""
+        registry, journal = journaled()
+        for n in range(3_000):
+            registry.register(make(f"i-{n}"), now_ms=T0)
+        registry.register(make("young"), now_ms=T0 + 100_000)
+        pacer = Pacer(budget=0)
+        assert 3_000 == await journal.expire(now_ms=T0 + 200_000, pacer=pacer)
+        assert pacer.yields >= 3_000 // SLICE
+        assert [("ORDERS", ["young"])] == ids(journal, T0 + 200_000)
