@@ -19,6 +19,7 @@ from registry.tasks import Pacer
 _INLINE_BYTES = 32 * 1024
 # Pieces are joined up to this size: each write is a system call, for every client.
 WRITE_BYTES = 1024 * 1024
+_FEW = 16  # pieces joined on the loop; more are joined in a thread
 
 
 class Block:
@@ -101,7 +102,11 @@ class Document:
             for block in self.blocks:
                 gzip.add(_segment(block))
                 await pacer.pace()
-            return coalesced(gzip.finish())
+            pieces = gzip.finish()
+            if len(pieces) <= _FEW:
+                return coalesced(pieces)
+            # Joining megabytes holds the GIL a join at a time, not the loop for all of them.
+            return await asyncio.to_thread(coalesced, pieces)
         except BaseException:
             self._gzip = None  # the next reader tries again
             raise

@@ -22,7 +22,6 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
-from registry import heap
 from registry.appkeys import (
     CACHE,
     CLUSTER,
@@ -119,11 +118,6 @@ class RegistryCollector(Collector):
             yield _gauge("registry_fetch_clients", "Clients with a fetch bucket", len(limiter))
         yield from app[REQUESTS].collect()
         yield from _loop_lag(app)
-        yield _gauge(
-            "registry_gc_frozen_objects",
-            "Objects set aside from garbage collections (gc.freeze)",
-            heap.frozen(),
-        )
         yield from _peers(app)
         yield from _store(app)
 
