@@ -157,6 +157,7 @@ class DeltaJournal:
             changed = self._changed.get(app)
             if changed is not None and fmt not in changed.blocks:
                 changed.block(app, fmt)
+                changed.first_index()  # the order the delta sorts by, made here in slices too
                 await pacer.pace()
 
     def forget_through(self, index: int) -> None:
