@@ -7,7 +7,7 @@ from typing import Any
 
 import orjson
 
-from registry.codec.wire import optional_texts
+from registry.codec.wire import lease_numbers, optional_texts
 from registry.errors import BadInput
 from registry.model import InstanceInfo, LeaseRecord
 
@@ -52,19 +52,13 @@ def instance_parts(i: InstanceInfo) -> tuple[bytes, bytes]:
 
 
 def lease_part(lease: LeaseRecord) -> bytes:
-    i = lease.instance
-    template = (
-        b'{"renewalIntervalInSecs":%d,"durationInSecs":%d,"registrationTimestamp":%d,'
-        b'"lastRenewalTimestamp":%d,"evictionTimestamp":%d,"serviceUpTimestamp":%d}'
-    )
-    return template % (
-        i.renewal_interval_secs,
-        i.duration_secs,
-        lease.registration_ms,
-        lease.last_renewal_ms,
-        lease.eviction_ms,
-        lease.service_up_ms,
-    )
+    return _LEASE % lease_numbers(lease)
+
+
+_LEASE = (
+    b'{"renewalIntervalInSecs":%d,"durationInSecs":%d,"registrationTimestamp":%d,'
+    b'"lastRenewalTimestamp":%d,"evictionTimestamp":%d,"serviceUpTimestamp":%d}'
+)
 
 
 def applications_head(*, version: str, hashcode: str) -> bytes:

@@ -27,6 +27,7 @@ from registry.model import (
     DataCenterInfo,
     InstanceInfo,
     InstanceStatus,
+    LeaseRecord,
     PortInfo,
 )
 
@@ -150,6 +151,19 @@ def optional_texts(i: InstanceInfo) -> tuple[tuple[str, str | None], ...]:
         ("secureHealthCheckUrl", i.secure_health_check_url),
         ("vipAddress", i.vip_address),
         ("secureVipAddress", i.secure_vip_address),
+    )
+
+
+def lease_numbers(lease: LeaseRecord) -> tuple[int, int, int, int, int, int]:
+    """The numbers of `leaseInfo` in the order both encoders write them (contract 4.2)."""
+    i = lease.instance
+    return (
+        i.renewal_interval_secs,
+        i.duration_secs,
+        lease.registration_ms,
+        lease.last_renewal_ms,
+        lease.eviction_ms,
+        lease.service_up_ms,
     )
 
 

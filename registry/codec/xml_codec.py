@@ -17,7 +17,7 @@ from xml.sax.saxutils import escape, quoteattr
 from defusedxml import DefusedXmlException
 from defusedxml.ElementTree import fromstring
 
-from registry.codec.wire import optional_texts
+from registry.codec.wire import lease_numbers, optional_texts
 from registry.errors import BadInput
 from registry.model import InstanceInfo, LeaseRecord
 
@@ -135,24 +135,19 @@ def instance_parts(i: InstanceInfo) -> tuple[bytes, bytes]:
 
 
 def lease_part(lease: LeaseRecord) -> bytes:
-    i = lease.instance
-    return (
-        b"<leaseInfo>"
-        b"<renewalIntervalInSecs>%d</renewalIntervalInSecs>"
-        b"<durationInSecs>%d</durationInSecs>"
-        b"<registrationTimestamp>%d</registrationTimestamp>"
-        b"<lastRenewalTimestamp>%d</lastRenewalTimestamp>"
-        b"<evictionTimestamp>%d</evictionTimestamp>"
-        b"<serviceUpTimestamp>%d</serviceUpTimestamp>"
-        b"</leaseInfo>"
-    ) % (
-        i.renewal_interval_secs,
-        i.duration_secs,
-        lease.registration_ms,
-        lease.last_renewal_ms,
-        lease.eviction_ms,
-        lease.service_up_ms,
-    )
+    return _LEASE % lease_numbers(lease)
+
+
+_LEASE = (
+    b"<leaseInfo>"
+    b"<renewalIntervalInSecs>%d</renewalIntervalInSecs>"
+    b"<durationInSecs>%d</durationInSecs>"
+    b"<registrationTimestamp>%d</registrationTimestamp>"
+    b"<lastRenewalTimestamp>%d</lastRenewalTimestamp>"
+    b"<evictionTimestamp>%d</evictionTimestamp>"
+    b"<serviceUpTimestamp>%d</serviceUpTimestamp>"
+    b"</leaseInfo>"
+)
 
 
 def applications_head(*, version: str, hashcode: str) -> bytes:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-
 from registry.loop_lag import BOUNDS, WINDOW, LoopLag
 
 
@@ -29,14 +27,27 @@ class TestRecord:
         assert 0.5 == lag.longest
 
 
-async def test_a_blocked_loop_is_seen_late():
-    """A callback held up by blocking work is recorded as late by about as long."""
-    lag = LoopLag(interval=0.001)
-    lag.start()
-    await asyncio.sleep(0.005)
-    busy_until = asyncio.get_running_loop().time() + 0.05
-    while asyncio.get_running_loop().time() < busy_until:  # blocks the loop on purpose
-        pass
-    await asyncio.sleep(0.005)
-    lag.stop()
-    assert lag.longest >= 0.04
+class FakeLoop:
+    """The two things the monitor asks of a loop, on a clock the test moves."""
+
+    def __init__(self) -> None:
+        self.now = 50.0
+        self.due: list[float] = []
+
+    def time(self) -> float:
+        return self.now
+
+    def call_at(self, when: float, callback: object, *args: object) -> None:
+        self.due.append(when)
+
+
+def test_a_callback_run_late_is_recorded_by_how_late():
+    """Due at 50.01 and run at 50.05: 40 ms late; the next look is due 10 ms after it ran."""
+    loop = FakeLoop()
+    lag = LoopLag(interval=0.01)
+    lag._due = 50.01
+    loop.now = 50.05
+    lag._tick(loop)  # type: ignore[arg-type]
+    assert abs(lag.longest - 0.04) < 1e-9
+    assert 1 == lag.buckets[BOUNDS.index(0.05)]
+    assert [50.06] == [round(when, 6) for when in loop.due]
