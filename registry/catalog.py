@@ -17,11 +17,11 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Iterable
 
-from registry.codec import Format, shape
+from registry.codec import Format, Shape, shape
 from registry.core import Registry
 from registry.encoded import Block
 from registry.model import ActionType, ChangeEvent, InstanceInfo, Lease
-from registry.tasks import Pacer
+from registry.tasks import Pacer, Shared
 
 VipKey = tuple[bool, str]  # (secure, VIP name)
 # An application's items were encoded anew; the VIP names its instances have.
@@ -49,6 +49,7 @@ class Catalog:
         self._encoded: dict[Format, dict[str, _Encoded]] = {fmt: {} for fmt in Format}
         self._vips: dict[VipKey, Counter[str]] = {}  # which applications have a VIP, how often
         self.encoded = 0  # instances encoded so far: what changes cost, counted
+        self._preparing = Shared()
 
     def on_change(self, event: ChangeEvent) -> None:
         """Registry listener: the changed instance's application needs its blocks joined
@@ -108,13 +109,30 @@ class Catalog:
     async def prepare(self, fmt: Format, *, now: float, pacer: Pacer) -> None:
         """Join every application's block that a change dropped, giving the loop a turn as
         `pacer` says, so that a full document put together next costs the loop only what
-        changed meanwhile (the first one after a start or a storm would encode everything)."""
+        changed meanwhile (the first one after a start or a storm would encode everything).
+        Readers asking at the same time share one run."""
+        await self._preparing.run(fmt, lambda: self._prepare(fmt, now=now, pacer=pacer))
+
+    async def _prepare(self, fmt: Format, *, now: float, pacer: Pacer) -> None:
         by_app = self._encoded[fmt]
         for app in list(self._registry.application_names()):
             encoded = by_app.get(app)
             if encoded is None or encoded.block is None:
+                await self._encode(app, fmt, pacer)
                 self.block(app, fmt, now=now)
                 await pacer.pace()
+
+    async def _encode(self, app: str, fmt: Format, pacer: Pacer) -> None:
+        """Encode the application's new instances ahead of joining its block, giving the loop
+        turns in between: one application can hold thousands."""
+        by_app = self._encoded[fmt]
+        codec = shape(fmt)
+        for lease in list(self._registry.application(app)):
+            encoded = by_app.get(app)
+            if encoded is None:
+                encoded = by_app[app] = _Encoded()
+            self._parts(encoded, codec, lease.instance)
+            await pacer.pace()
 
     def vip_applications(self, vip: str, *, secure: bool) -> list[str]:
         """The applications with an instance that names `vip`, in the registry's order."""
@@ -155,21 +173,23 @@ class Catalog:
         changed) around its lease's numbers as they are now. The parts of `leases` are kept;
         those of other instances too with `keep_others`, or else let go (they left)."""
         codec = shape(fmt)
-        old = encoded.parts
-        parts = old if keep_others else {}
+        parts = encoded.parts if keep_others else {}
         lease_part = codec.lease_part
         items = []
         for lease in leases:
-            instance = lease.instance
-            iid = instance.instance_id
-            kept = old.get(iid)
-            if kept is None or kept[0] is not instance:
-                kept = (instance, *codec.instance_parts(instance))
-                self.encoded += 1
-            parts[iid] = kept
+            kept = self._parts(encoded, codec, lease.instance)
+            parts[lease.instance.instance_id] = kept
             items.append(kept[1] + lease_part(lease) + kept[2])
         encoded.parts = parts
         return items
+
+    def _parts(self, encoded: _Encoded, codec: Shape, instance: InstanceInfo) -> Parts:
+        """The instance's parts: those kept, or encoded now (and kept) if it changed."""
+        kept = encoded.parts.get(instance.instance_id)
+        if kept is None or kept[0] is not instance:
+            kept = encoded.parts[instance.instance_id] = (instance, *codec.instance_parts(instance))
+            self.encoded += 1
+        return kept
 
     def _count_vips(self, instance: InstanceInfo, step: int) -> None:
         for key in _vip_keys(instance):

@@ -21,7 +21,7 @@ from operator import attrgetter
 from registry.codec import Format, shape
 from registry.encoded import Block
 from registry.model import ActionType, ChangeEvent
-from registry.tasks import SLICE, Pacer
+from registry.tasks import SLICE, Pacer, Shared
 
 
 class Entry:
@@ -91,6 +91,7 @@ class DeltaJournal:
         self._entries: deque[Entry] = deque()
         self._changed: dict[str, _Changed] = {}  # by application
         self.forgotten_index = 0  # the index of the newest change purged
+        self._preparing = Shared()
 
     def record(self, event: ChangeEvent) -> None:
         """Registry listener: remember one change."""
@@ -151,11 +152,17 @@ class DeltaJournal:
 
     async def prepare(self, fmt: Format, *, now_ms: int, pacer: Pacer) -> None:
         """Join the delta's blocks that changes dropped, giving the loop a turn as `pacer`
-        says (see `Catalog.prepare`)."""
+        says; readers asking at the same time share one run (see `Catalog.prepare`)."""
+        await self._preparing.run(fmt, lambda: self._prepare(fmt, now_ms=now_ms, pacer=pacer))
+
+    async def _prepare(self, fmt: Format, *, now_ms: int, pacer: Pacer) -> None:
         self.purge(now_ms=now_ms)
         for app in list(self._changed):
             changed = self._changed.get(app)
             if changed is not None and fmt not in changed.blocks:
+                for entry in list(changed.members.values()):  # thousands, in a deploy
+                    entry.item(fmt)
+                    await pacer.pace()
                 changed.block(app, fmt)
                 changed.first_index()  # the order the delta sorts by, made here in slices too
                 await pacer.pace()

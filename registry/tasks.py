@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import inspect
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Hashable
 
 import structlog
 
@@ -73,3 +73,27 @@ class Pacer:
         self.yields += 1
         self._since = time.perf_counter()
         return True
+
+
+class Shared:
+    """At most one run of a job per key at a time: who asks while one is under way waits for
+    that run instead of starting another. Thirty clients preparing the same cold document each
+    in their own task made every turn of the loop thirty slices long (a stall for everyone);
+    one shared run takes one slice per turn."""
+
+    def __init__(self) -> None:
+        self._running: dict[Hashable, asyncio.Future[None]] = {}
+
+    async def run(self, key: Hashable, job: Callable[[], Awaitable[None]]) -> None:
+        running = self._running.get(key)
+        if running is None or running.done():
+            running = self._running[key] = asyncio.ensure_future(job())
+            running.add_done_callback(lambda done: self._finished(key, done))
+        # Shielded: a waiter that goes away must not cancel the run the others wait for.
+        await asyncio.shield(running)
+
+    def _finished(self, key: Hashable, done: asyncio.Future[None]) -> None:
+        if self._running.get(key) is done:
+            del self._running[key]
+        if not done.cancelled():
+            done.exception()  # seen here, so a run whose waiters all left is not reported

@@ -3,6 +3,8 @@ touched, kept fresh by its refresh; and the VIP index."""
 
 from __future__ import annotations
 
+import asyncio
+
 from registry import payloads
 from registry.catalog import Catalog
 from registry.codec import Format
@@ -105,14 +107,25 @@ class TestVips:
 
 class TestPrepare:
     async def test_a_full_document_is_encoded_a_few_applications_at_a_time(self):
-        """Preparing gives the loop a turn between applications; the build after it encodes
-        nothing more."""
+        """Preparing gives the loop a turn between instances and between applications (one
+        application can hold thousands); the build after it encodes nothing more."""
         registry, catalog = populated()
         pacer = Pacer(budget=0)
         await catalog.prepare(Format.XML, now=0.0, pacer=pacer)
-        assert APPS == pacer.yields
+        assert INSTANCES + APPS == pacer.yields
         assert INSTANCES == catalog.encoded
         payloads.full_registry(registry, catalog, Format.XML, now=0.0)
+        assert INSTANCES == catalog.encoded
+
+    async def test_readers_asking_at_once_share_one_run(self):
+        """Thirty readers of a cold document must not each take turns of the loop."""
+        _, catalog = populated()
+        first, second = Pacer(budget=0), Pacer(budget=0)
+        await asyncio.gather(
+            catalog.prepare(Format.JSON, now=0.0, pacer=first),
+            catalog.prepare(Format.JSON, now=0.0, pacer=second),
+        )
+        assert (INSTANCES + APPS, 0) == (first.yields, second.yields)
         assert INSTANCES == catalog.encoded
 
     async def test_the_delta_too(self):
@@ -123,7 +136,7 @@ class TestPrepare:
             registry.register(make(f"i-{n}", app=f"APP{n % APPS}"), now_ms=T0)
         pacer = Pacer(budget=0)
         await journal.prepare(Format.JSON, now_ms=T0, pacer=pacer)
-        assert APPS == pacer.yields
+        assert INSTANCES + APPS == pacer.yields
         prepared = payloads.delta(registry, journal, Format.JSON, now_ms=T0).blocks
         again = payloads.delta(registry, journal, Format.JSON, now_ms=T0).blocks
         assert all(a is b for a, b in zip(prepared[1:-1], again[1:-1], strict=True))
