@@ -28,16 +28,19 @@ VipKey = tuple[bool, str]  # (secure, VIP name)
 Refreshed = Callable[[str, set[str]], None]
 
 
-Parts = tuple[InstanceInfo, bytes, bytes]  # the instance, and its item before and after leaseInfo
+# An instance's item before and after its leaseInfo. A pair of bytes, which the garbage
+# collector stops tracking: a hundred thousand of them then cost full collections nothing.
+Parts = tuple[bytes, bytes]
 
 
 class _Encoded:
     """One application in one format."""
 
-    __slots__ = ("block", "built_at", "parts")
+    __slots__ = ("block", "built_at", "encoded_from", "parts")
 
     def __init__(self) -> None:
         self.parts: dict[str, Parts] = {}  # instance id -> parts, in the registry's order
+        self.encoded_from: dict[str, InstanceInfo] = {}  # instance id -> what its parts show
         self.block: Block | None = None  # dropped by a change, joined again on the next read
         self.built_at = 0.0  # monotonic seconds when the block was joined
 
@@ -173,22 +176,30 @@ class Catalog:
         changed) around its lease's numbers as they are now. The parts of `leases` are kept;
         those of other instances too with `keep_others`, or else let go (they left)."""
         codec = shape(fmt)
-        parts = encoded.parts if keep_others else {}
+        if keep_others:
+            parts, encoded_from = encoded.parts, encoded.encoded_from
+        else:
+            parts, encoded_from = {}, {}
         lease_part = codec.lease_part
         items = []
         for lease in leases:
-            kept = self._parts(encoded, codec, lease.instance)
-            parts[lease.instance.instance_id] = kept
-            items.append(kept[1] + lease_part(lease) + kept[2])
-        encoded.parts = parts
+            instance = lease.instance
+            head, tail = self._parts(encoded, codec, instance)
+            iid = instance.instance_id
+            parts[iid] = head, tail
+            encoded_from[iid] = instance
+            items.append(head + lease_part(lease) + tail)
+        encoded.parts, encoded.encoded_from = parts, encoded_from
         return items
 
     def _parts(self, encoded: _Encoded, codec: Shape, instance: InstanceInfo) -> Parts:
         """The instance's parts: those kept, or encoded now (and kept) if it changed."""
-        kept = encoded.parts.get(instance.instance_id)
-        if kept is None or kept[0] is not instance:
-            kept = encoded.parts[instance.instance_id] = (instance, *codec.instance_parts(instance))
-            self.encoded += 1
+        iid = instance.instance_id
+        if encoded.encoded_from.get(iid) is instance:
+            return encoded.parts[iid]
+        kept = encoded.parts[iid] = codec.instance_parts(instance)
+        encoded.encoded_from[iid] = instance
+        self.encoded += 1
         return kept
 
     def _count_vips(self, instance: InstanceInfo, step: int) -> None:

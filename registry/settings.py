@@ -55,7 +55,7 @@ class Settings:
     delta_retention: float = 3 * MINUTES
     delta_cleanup_interval: float = 30 * SECONDS
     activity_log_interval: float = 60 * SECONDS
-    gc_freeze_interval: float = 10 * SECONDS  # 0: never set objects aside (registry/heap.py)
+    gc_freeze_interval: float = 1 * SECONDS  # 0: never set objects aside (registry/heap.py)
     # Fetch documents are rebuilt on every change, and at the latest after this long
     response_cache_max_age: float = 30 * SECONDS
     # Eureka's read-only layer: reads lag writes by up to the update interval

@@ -3,6 +3,7 @@ garbage collections."""
 
 from __future__ import annotations
 
+import asyncio
 import gc
 
 from registry import FakeClock, Settings, create_app
@@ -24,3 +25,31 @@ async def test_zero_never_freezes(aiohttp_client):
     gc.unfreeze()
     await aiohttp_client(create_app(Settings(gc_freeze_interval=0), clock=FakeClock()))
     assert 0 == gc.get_freeze_count()
+
+
+async def test_what_a_freeze_sets_aside_is_not_garbage_later(aiohttp_client):
+    """Frozen objects are never walked again, so a reference cycle frozen while in use would
+    never be freed: the requests' objects, frozen mid-flight, must be freed without the
+    collector. Every kind of request, a freeze while each is under way, then everything is
+    thawed: a collection finds nothing to free."""
+    gc.unfreeze()
+    gc.collect()  # what earlier tests left, before the start freezes it
+    clock = FakeClock()
+    client = await aiohttp_client(create_app(Settings(gc_freeze_interval=1), clock=clock))
+    paths = ["/eureka/apps/", "/eureka/apps/delta", "/eureka/apps/NOPE", "/eureka/apps/APP/i-1"]
+    for round_ in range(3):
+        await register(client, iid=f"i-{round_}")
+        for path in paths:
+            for headers in ({}, {"Accept-Encoding": "gzip"}, {"Accept": "application/xml"}):
+                async with client.get(path, headers=headers) as response:
+                    await clock.advance(1)  # a freeze while the request is under way
+                    await response.read()
+        await client.put("/eureka/apps/APP/i-0")
+        await client.put("/eureka/apps/APP/none")
+        await client.delete(f"/eureka/apps/APP/i-{round_}")
+        poll = asyncio.ensure_future(client.get("/eureka/apps/delta?wait=1s&index=1000"))
+        await asyncio.sleep(0.01)
+        await clock.advance(1)  # a freeze while the long-poll waits, then its end
+        (await poll).release()
+    gc.unfreeze()
+    assert 0 == gc.collect()
