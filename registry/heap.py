@@ -15,7 +15,8 @@ collections of 20-70 ms; with a second, none over 15 ms in that workload. What a
 keep for good is a reference cycle frozen while in use that becomes garbage later: the
 registry's own objects form none, and a request's objects are freed without the collector
 (tests/registry/test_heap.py freezes in the middle of every kind of request, then finds nothing
-to collect). (Not exported as a metric: `gc.get_freeze_count()` walks every frozen object, 40 ms at 100 000 instances.)
+to collect). (Not exported as a metric: `gc.get_freeze_count()` walks every frozen object,
+40 ms at 100 000 instances.)
 """
 
 from __future__ import annotations
