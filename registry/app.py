@@ -253,7 +253,8 @@ async def _store(app: web.Application) -> AsyncIterator[None]:
         late_restore=late_restore,
         busy_timeout_ms=int(settings.store_busy_timeout * 1000),
     )
-    with heap.collections_paused():  # before serving: nothing else allocates meanwhile
+    # Before serving: nothing else allocates meanwhile.
+    with heap.collections_paused(then_freeze=settings.gc_freeze_interval > 0):
         snapshot = await writer.open()  # None: unavailable; degraded until a flush opens it
         if snapshot is not None:
             for o in snapshot.overrides:

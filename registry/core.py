@@ -57,6 +57,9 @@ _UNKNOWN = InstanceStatus.UNKNOWN
 _A = ReplicationAction
 
 
+_Decided = tuple[InstanceStatus, Decision]  # the chain's answer, and why
+
+
 def _registered(
     instance: InstanceInfo, status: InstanceStatus, override: InstanceStatus | None, now_ms: int
 ) -> InstanceInfo:
@@ -177,6 +180,9 @@ class Registry:
         if self._apps:
             raise RegistryError("a bulk load is for an empty registry")
         overrides = self._overrides
+        # The chain's answer depends only on the claimed status and the override here (no
+        # lease exists, and it counts as a replication): asked once per pair, not per instance.
+        decisions: dict[tuple[InstanceStatus, InstanceStatus | None], _Decided] = {}
         count = 0
         for instance in instances:
             iid = instance.instance_id
@@ -187,7 +193,11 @@ class Registry:
             if instance.overridden_status is not _UNKNOWN:
                 overrides.setdefault(iid, instance.overridden_status)
             override = overrides.get(iid)
-            status, decision = decide(CHAIN, instance.status, override, None, True)
+            decided = decisions.get((instance.status, override))
+            if decided is None:
+                decided = decide(CHAIN, instance.status, override, None, True)
+                decisions[instance.status, override] = decided
+            status, decision = decided
             if (
                 instance.status is not status
                 or instance.overridden_status is not (override or _UNKNOWN)

@@ -45,11 +45,26 @@ class TestCompactForm:
         with pytest.raises(BadInput):
             record.decode(row)
 
-    def test_a_wrong_type_is_refused(self):
-        fields = orjson.loads(record.encode(make()))
-        fields[9] = "8080"  # the port, as text
-        with pytest.raises(BadInput):
-            record.decode(orjson.dumps(fields))
+    @pytest.mark.parametrize(
+        ("field", "value", "named"),
+        [
+            (9, "8080", "'8080'"),  # the port, as text
+            (13, True, "True"),  # a flag where a number goes
+            (0, None, "None"),
+            (15, {"zone": 1}, "'zone' is 1"),  # metadata values are text
+            (6, {"instance-id": ["i"]}, "['i']"),
+            (8, "SIDEWAYS", "SIDEWAYS"),
+            (27, "MOVED", "MOVED"),
+        ],
+    )
+    def test_a_wrong_value_is_refused(self, field, value, named):
+        """Also once rows of the right shape have been read (their shape is checked once)."""
+        good = orjson.loads(record.encode(make()))
+        record.decode(orjson.dumps(good))
+        bad = [*good[:field], value, *good[field + 1 :]]
+        with pytest.raises(BadInput) as refused:
+            record.decode(orjson.dumps(bad))
+        assert named in refused.value.detail
 
 
 def subscribed(registry: Registry) -> tuple[SelfPreservation, InstanceCounts, Catalog]:
