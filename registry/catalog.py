@@ -21,7 +21,7 @@ from registry.codec import Format, Shape, shape
 from registry.core import Registry
 from registry.encoded import Block
 from registry.model import ActionType, ChangeEvent, InstanceInfo, Lease
-from registry.tasks import Pacer, Shared
+from registry.tasks import PASSES, Pacer, Shared
 
 VipKey = tuple[bool, str]  # (secure, VIP name)
 # An application's items were encoded anew; the VIP names its instances have.
@@ -118,12 +118,19 @@ class Catalog:
 
     async def _prepare(self, fmt: Format, *, now: float, pacer: Pacer) -> None:
         by_app = self._encoded[fmt]
-        for app in list(self._registry.application_names()):
-            encoded = by_app.get(app)
-            if encoded is None or encoded.block is None:
-                await self._encode(app, fmt, pacer)
-                self.block(app, fmt, now=now)
-                await pacer.pace()
+        for _ in range(PASSES):
+            missing = [
+                app
+                for app in self._registry.application_names()
+                if (encoded := by_app.get(app)) is None or encoded.block is None
+            ]
+            if not missing:
+                return
+            for app in missing:
+                if self._registry.application(app):  # not gone while the loop had its turn
+                    await self._encode(app, fmt, pacer)
+                    self.block(app, fmt, now=now)
+                    await pacer.pace()
 
     async def _encode(self, app: str, fmt: Format, pacer: Pacer) -> None:
         """Encode the application's new instances ahead of joining its block, giving the loop

@@ -21,7 +21,7 @@ from operator import attrgetter
 from registry.codec import Format, shape
 from registry.encoded import Block
 from registry.model import ActionType, ChangeEvent
-from registry.tasks import SLICE, Pacer, Shared
+from registry.tasks import PASSES, SLICE, Pacer, Shared
 
 
 class Entry:
@@ -157,15 +157,19 @@ class DeltaJournal:
 
     async def _prepare(self, fmt: Format, *, now_ms: int, pacer: Pacer) -> None:
         self.purge(now_ms=now_ms)
-        for app in list(self._changed):
-            changed = self._changed.get(app)
-            if changed is not None and fmt not in changed.blocks:
-                for entry in list(changed.members.values()):  # thousands, in a deploy
-                    entry.item(fmt)
+        for _ in range(PASSES):
+            missing = [app for app, changed in self._changed.items() if fmt not in changed.blocks]
+            if not missing:
+                return
+            for app in missing:
+                changed = self._changed.get(app)
+                if changed is not None and fmt not in changed.blocks:
+                    for entry in list(changed.members.values()):  # thousands, in a deploy
+                        entry.item(fmt)
+                        await pacer.pace()
+                    changed.block(app, fmt)
+                    changed.first_index()  # the order the delta sorts by, in slices too
                     await pacer.pace()
-                changed.block(app, fmt)
-                changed.first_index()  # the order the delta sorts by, made here in slices too
-                await pacer.pace()
 
     def forget_through(self, index: int) -> None:
         """Treat every change up to `index` as forgotten (those of a run before a restart)."""

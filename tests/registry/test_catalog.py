@@ -117,6 +117,22 @@ class TestPrepare:
         payloads.full_registry(registry, catalog, Format.XML, now=0.0)
         assert INSTANCES == catalog.encoded
 
+    async def test_what_changes_undo_meanwhile_is_done_again(self):
+        """A change to an application the preparation has passed drops its block; another
+        pass joins it again, so the build after still encodes nothing."""
+        registry, catalog = populated()
+
+        class Meddling(Pacer):
+            async def pace(self) -> bool:
+                if self.yields == INSTANCES:  # the first applications are done by now
+                    registry.register(make("i-0", app="APP0", sid="moved"), now_ms=T0)
+                return await super().pace()
+
+        await catalog.prepare(Format.JSON, now=0.0, pacer=Meddling(budget=0))
+        assert INSTANCES + 1 == catalog.encoded
+        payloads.full_registry(registry, catalog, Format.JSON, now=0.0)
+        assert INSTANCES + 1 == catalog.encoded
+
     async def test_readers_asking_at_once_share_one_run(self):
         """Thirty readers of a cold document must not each take turns of the loop."""
         _, catalog = populated()
