@@ -31,10 +31,9 @@ class Entry:
     same instance, and (kept up to date on the latest entry of an instance only) the index of
     the instance's first change in the window, which orders the delta."""
 
-    __slots__ = ("_json", "_xml", "action", "at_ms", "first", "index", "lease", "next_index")
+    __slots__ = ("_json", "_xml", "at_ms", "first", "index", "lease", "next_index")
 
     def __init__(self, event: ChangeEvent) -> None:
-        self.action = event.action
         self.lease = event.lease
         self.index = event.index
         self.at_ms = event.at_ms
@@ -42,6 +41,13 @@ class Entry:
         self.next_index = 0  # 0: none yet
         self._json: bytes | None = None
         self._xml: bytes | None = None
+
+    @property
+    def action(self) -> ActionType:
+        # Not kept apart: the instance's actionType says it (8 B an entry).
+        action = self.lease.instance.action_type
+        assert action is not None, "every change sets the instance's actionType"
+        return action
 
     def item(self, fmt: Format) -> bytes:
         """The instance as an item of an application's instance list."""

@@ -82,6 +82,8 @@ def instance_from_wire(
     ip_addr = text(d, "ipAddr")
     if not ip_addr:
         raise BadInput("ipAddr", "Missing ip address")
+    if ip_addr == host_name:  # Spring's preferIpAddress: one string for both, 57 B less
+        ip_addr = host_name
     if not app:
         raise BadInput("app", "Missing appName")
     app = _shared(app.upper())

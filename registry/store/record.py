@@ -84,7 +84,7 @@ def decode(data: bytes | str, *, registered_ms: int | None = None) -> InstanceIn
             f[0],
             _intern(f[1]),
             f[2],
-            f[3],
+            f[2] if f[3] == f[2] else f[3],  # one string for both (see wire.instance_from_wire)
             _data_center(f[4], f[5], f[6]),
             _STATUSES[f[7]],
             _STATUSES[f[8]],
