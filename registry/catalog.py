@@ -211,7 +211,9 @@ class Catalog:
 
     def _count_vips(self, instance: InstanceInfo, step: int) -> None:
         for key in _vip_keys(instance):
-            apps = self._vips.setdefault(key, Counter())
+            apps = self._vips.get(key)
+            if apps is None:  # not setdefault: it would make a Counter on every call
+                apps = self._vips[key] = Counter()
             apps[instance.app] += step
             if apps[instance.app] <= 0:
                 del apps[instance.app]

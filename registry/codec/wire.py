@@ -172,6 +172,8 @@ def lease_numbers(lease: LeaseRecord) -> tuple[int, int, int, int, int, int]:
 def text(d: Mapping[str, Any], key: str, field: str | None = None) -> str | None:
     """A string field; numbers and booleans are taken as their text, null as absent."""
     value = d.get(key)
+    if type(value) is str and len(value) <= _MAX_TEXT and not _NOT_XML.search(value):
+        return value  # the usual case, checked at once: a registration reads twenty of these
     if value is None:
         return None
     if isinstance(value, bool):
@@ -305,7 +307,11 @@ def _metadata(value: object, field: str) -> dict[str, str]:
         if not key:
             raise BadInput(field, "keys must not be empty")
         check_text(key, field)
-        item_text = text(d, key, f"{field}.{key}")
+        item = d[key]
+        if type(item) is str and len(item) <= _MAX_TEXT and not _NOT_XML.search(item):
+            item_text: str | None = item  # the usual case (see `text`)
+        else:
+            item_text = text(d, key, f"{field}.{key}")  # converted, or refused with its name
         if item_text is not None:
             result[_shared(key)] = _shared(item_text)
     return result
