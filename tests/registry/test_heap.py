@@ -7,6 +7,7 @@ import asyncio
 import gc
 
 from registry import FakeClock, Settings, create_app
+from registry.appkeys import FEED, REGISTRY
 from tests.helpers import register
 
 
@@ -47,9 +48,13 @@ async def test_what_a_freeze_sets_aside_is_not_garbage_later(aiohttp_client):
         await client.put("/eureka/apps/APP/i-0")
         await client.put("/eureka/apps/APP/none")
         await client.delete(f"/eureka/apps/APP/i-{round_}")
-        poll = asyncio.ensure_future(client.get("/eureka/apps/delta?wait=1s&index=1000"))
-        await asyncio.sleep(0.01)
-        await clock.advance(1)  # a freeze while the long-poll waits, then its end
+        index = client.app[REGISTRY].index
+        poll = asyncio.ensure_future(client.get(f"/eureka/apps/delta?wait=1s&index={index}"))
+        for _ in range(100):  # a freeze while the long-poll waits, until its wait is over
+            await clock.advance(1)
+            if poll.done():
+                break
+        assert 0 == client.app[FEED].polls
         (await poll).release()
     gc.unfreeze()
     assert 0 == gc.collect()
