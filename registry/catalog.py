@@ -19,9 +19,9 @@ from collections.abc import Callable, Iterable
 
 from registry.codec import Format, Shape, shape
 from registry.core import Registry
-from registry.encoded import Block
+from registry.encoded import Block, application_block
 from registry.model import ActionType, ChangeEvent, InstanceInfo, Lease
-from registry.tasks import PASSES, Pacer, Shared
+from registry.tasks import Pacer, Shared, in_passes
 
 VipKey = tuple[bool, str]  # (secure, VIP name)
 # An application's items were encoded anew; the VIP names its instances have.
@@ -96,9 +96,8 @@ class Catalog:
         if encoded is None:
             encoded = by_app[app] = _Encoded()
         if encoded.block is None:
-            codec = shape(fmt)
             items = self._items(encoded, fmt, self._registry.application(app))
-            encoded.block = Block(codec.SEPARATOR + codec.application_block(app, items))
+            encoded.block = application_block(fmt, app, items)
             encoded.built_at = now
         return encoded.block
 
@@ -118,19 +117,21 @@ class Catalog:
 
     async def _prepare(self, fmt: Format, *, now: float, pacer: Pacer) -> None:
         by_app = self._encoded[fmt]
-        for _ in range(PASSES):
-            missing = [
+
+        def missing() -> list[str]:
+            return [
                 app
                 for app in self._registry.application_names()
                 if (encoded := by_app.get(app)) is None or encoded.block is None
             ]
-            if not missing:
-                return
-            for app in missing:
-                if self._registry.application(app):  # not gone while the loop had its turn
-                    await self._encode(app, fmt, pacer)
-                    self.block(app, fmt, now=now)
-                    await pacer.pace()
+
+        async def join(app: str) -> None:
+            if self._registry.application(app):  # not gone while the loop had its turn
+                await self._encode(app, fmt, pacer)
+                self.block(app, fmt, now=now)
+                await pacer.pace()
+
+        await in_passes(missing, join)
 
     async def _encode(self, app: str, fmt: Format, pacer: Pacer) -> None:
         """Encode the application's new instances ahead of joining its block, giving the loop

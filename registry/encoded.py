@@ -11,7 +11,9 @@ segments of the blocks that changed, compressed off the event loop.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterable
 
+from registry.codec import Format, shape
 from registry.codec.deflate import GzipPieces, Segment
 from registry.tasks import Pacer
 
@@ -40,6 +42,14 @@ class Block:
 
     def __len__(self) -> int:
         return len(self.data)
+
+
+def application_block(fmt: Format, name: str, items: Iterable[bytes]) -> Block:
+    """One application of a document's list, from its encoded instance items; in JSON it
+    starts with the separator that goes before every application but the first (`Block.rest`
+    is without it)."""
+    codec = shape(fmt)
+    return Block(codec.SEPARATOR + codec.application_block(name, items))
 
 
 class Document:

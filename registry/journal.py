@@ -19,9 +19,9 @@ from collections.abc import Iterable
 from operator import attrgetter
 
 from registry.codec import Format, shape
-from registry.encoded import Block
+from registry.encoded import Block, application_block
 from registry.model import ActionType, ChangeEvent
-from registry.tasks import PASSES, SLICE, Pacer, Shared
+from registry.tasks import SLICE, Pacer, Shared, in_passes
 
 
 class Entry:
@@ -85,9 +85,8 @@ class _Changed:
     def block(self, app: str, fmt: Format) -> Block:
         block = self.blocks.get(fmt)
         if block is None:
-            codec = shape(fmt)
             items = [entry.item(fmt) for entry in sorted(self.members.values(), key=_by_first)]
-            block = self.blocks[fmt] = Block(codec.SEPARATOR + codec.application_block(app, items))
+            block = self.blocks[fmt] = application_block(fmt, app, items)
         return block
 
 
@@ -163,19 +162,21 @@ class DeltaJournal:
 
     async def _prepare(self, fmt: Format, *, now_ms: int, pacer: Pacer) -> None:
         self.purge(now_ms=now_ms)
-        for _ in range(PASSES):
-            missing = [app for app, changed in self._changed.items() if fmt not in changed.blocks]
-            if not missing:
-                return
-            for app in missing:
-                changed = self._changed.get(app)
-                if changed is not None and fmt not in changed.blocks:
-                    for entry in list(changed.members.values()):  # thousands, in a deploy
-                        entry.item(fmt)
-                        await pacer.pace()
-                    changed.block(app, fmt)
-                    changed.first_index()  # the order the delta sorts by, in slices too
+
+        def missing() -> list[str]:
+            return [app for app, changed in self._changed.items() if fmt not in changed.blocks]
+
+        async def join(app: str) -> None:
+            changed = self._changed.get(app)
+            if changed is not None and fmt not in changed.blocks:
+                for entry in list(changed.members.values()):  # thousands, in a deploy
+                    entry.item(fmt)
                     await pacer.pace()
+                changed.block(app, fmt)
+                changed.first_index()  # the order the delta sorts by, made here in slices too
+                await pacer.pace()
+
+        await in_passes(missing, join)
 
     def forget_through(self, index: int) -> None:
         """Treat every change up to `index` as forgotten (those of a run before a restart)."""

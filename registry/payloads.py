@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from registry.catalog import Catalog
 from registry.codec import Format, shape
 from registry.core import Registry
-from registry.encoded import Block, Document
+from registry.encoded import Block, Document, application_block
 from registry.hashcode import reconcile_hash
 from registry.journal import DeltaJournal, Entry
 from registry.model import InstanceStatus
@@ -40,10 +40,8 @@ def delta(registry: Registry, journal: DeltaJournal, fmt: Format, *, now_ms: int
 
 def changes(registry: Registry, changed: list[tuple[str, list[Entry]]], fmt: Format) -> Document:
     """A delta of the changes a long-poll asked for, versioned and hashed like `delta`."""
-    codec = shape(fmt)
     blocks = [
-        Block(codec.SEPARATOR + codec.application_block(app, [e.item(fmt) for e in entries]))
-        for app, entries in changed
+        application_block(fmt, app, [e.item(fmt) for e in entries]) for app, entries in changed
     ]
     return _applications(registry, fmt, blocks, str(registry.index))
 
@@ -77,7 +75,7 @@ def vip(
                 statuses.append(instance.status)
         if chosen:
             items = catalog.items(name, fmt, chosen)
-            blocks.append(Block(codec.SEPARATOR + codec.application_block(name, items)))
+            blocks.append(application_block(fmt, name, items))
     if not blocks:
         return None
     head = codec.applications_head(version=VIP_VERSION, hashcode=reconcile_hash(statuses))

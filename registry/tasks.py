@@ -18,10 +18,7 @@ SLICE = 256  # items handled between two looks at the time
 # Seconds of work before the loop gets a turn. The loop runs the resumed work again before the
 # I/O that came in meanwhile, so others wait up to about two budgets.
 BUDGET = 0.001
-# Passes a paced preparation makes: changes undo some of its work while it runs (a cold one
-# takes seconds at 100 000 instances), and each pass redoes what the one before saw undone.
-# What is left after the last is done at once by whoever reads.
-PASSES = 3
+PASSES = 3  # see in_passes
 
 
 async def run_every(
@@ -77,6 +74,18 @@ class Pacer:
         self.yields += 1
         self._since = time.perf_counter()
         return True
+
+
+async def in_passes(missing: Callable[[], list[str]], do: Callable[[str], Awaitable[None]]) -> None:
+    """`do` each thing `missing` lists, then again for what it lists after, up to PASSES
+    times: a paced preparation takes seconds when cold at 100 000 instances, and changes undo
+    some of its work meanwhile. What is left after the last pass is done by whoever reads."""
+    for _ in range(PASSES):
+        todo = missing()
+        if not todo:
+            return
+        for key in todo:
+            await do(key)
 
 
 class Shared:
