@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Iterable
+from operator import attrgetter
 
 from registry.codec import Format, Shape, shape
 from registry.core import Registry
@@ -26,6 +27,9 @@ from registry.tasks import Pacer, Shared, in_passes
 VipKey = tuple[bool, str]  # (secure, VIP name)
 # An application's items were encoded anew; the VIP names its instances have.
 Refreshed = Callable[[str, set[str]], None]
+_APP_AND_ADDRESSES = attrgetter(
+    "instance.app", "instance.vip_address", "instance.secure_vip_address"
+)
 
 
 # An instance's item before and after its leaseInfo. A pair of bytes, which the garbage
@@ -78,10 +82,7 @@ class Catalog:
         self._vips.clear()
         # Counted by distinct (app, VIP addresses) first: an application's instances mostly
         # share theirs, so a warm restart of 100 000 counts a few hundred.
-        addresses = Counter(
-            (lease.instance.app, lease.instance.vip_address, lease.instance.secure_vip_address)
-            for lease in registry.leases()
-        )
+        addresses = Counter(map(_APP_AND_ADDRESSES, registry.leases()))
         for (app, vip, secure_vip), count in addresses.items():
             for key in _address_keys(vip, secure_vip):
                 self._vips.setdefault(key, Counter())[app] += count

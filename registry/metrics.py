@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 from collections.abc import Iterator
+from operator import attrgetter
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
@@ -41,6 +42,9 @@ from registry.model import ActionType, ChangeEvent
 METRICS = web.AppKey("metrics", CollectorRegistry)  # this app's own Prometheus registry
 
 
+_APP_AND_STATUS = attrgetter("instance.app", "instance.status")
+
+
 class InstanceCounts:
     """Registered instances by (application, status), kept up to date by change events."""
 
@@ -56,9 +60,9 @@ class InstanceCounts:
 
     def loaded(self, registry: Registry) -> None:
         """Registry hook after a bulk load: count what it holds now."""
-        self.counts = Counter(
-            (lease.instance.app, lease.instance.status.value) for lease in registry.leases()
-        )
+        # Counted by (app, status) members first, in C: a warm restart loads 100 000.
+        counts = Counter(map(_APP_AND_STATUS, registry.leases()))
+        self.counts = Counter({(app, status.value): n for (app, status), n in counts.items()})
 
 
 class RegistryCollector(Collector):

@@ -30,7 +30,7 @@ def restore(registry: Registry, journal: DeltaJournal, snapshot: Snapshot, *, no
     registry.restore({o.instance_id: o.status for o in snapshot.overrides}, snapshot.index)
     # At the time the store read them as registered: most need not be made again.
     now_ms = snapshot.registered_ms or now_ms
-    registry.load((stored.instance for stored in snapshot.instances), now_ms=now_ms)
+    registry.load(snapshot.instances, now_ms=now_ms)
     # Changes the last run made after its last write are lost, so its indexes cannot be
     # trusted: refuse them all (the restored instances are in any full fetch).
     journal.forget_through(registry.index)
@@ -66,8 +66,7 @@ def restore_missing(
     for o in missing:
         notes.note(o.instance_id, Note(o.app, o.status, o.reason, o.set_ms, o.expires_ms, o.set_by))
     count = 0
-    for stored in snapshot.instances:
-        instance = stored.instance
+    for instance in snapshot.instances:
         key = (instance.app, instance.instance_id)
         if key in removed or any(
             lease.instance.instance_id == instance.instance_id

@@ -34,13 +34,6 @@ class NewerSchema(Exception):
 
 
 @dataclass(frozen=True, slots=True)
-class StoredInstance:
-    instance: InstanceInfo
-    registration_ms: int
-    service_up_ms: int
-
-
-@dataclass(frozen=True, slots=True)
 class StoredOverride:
     app: str
     instance_id: str
@@ -79,7 +72,7 @@ class Batch:
 class Snapshot:
     """Everything a warm restart restores."""
 
-    instances: list[StoredInstance]
+    instances: list[InstanceInfo]
     overrides: list[StoredOverride]
     index: int
     epoch: str | None
@@ -134,17 +127,20 @@ class Store:
         row must not cost the rest (nor stop the start-up). With `registered_ms`, instances
         come as registering them at that time leaves them (see `record.decode`)."""
         instances = []
-        for app, iid, doc, registration_ms, service_up_ms in await self._db.execute_fetchall(
-            "SELECT app, id, doc, registration_ms, service_up_ms FROM instances"
-        ):
+        # Only what is read back: at 100 000 rows, the app and id columns' strings cost more
+        # than the documents' (0.2 s against 0.08); a bad row's are looked up for its log line.
+        for rowid, doc in await self._db.execute_fetchall("SELECT rowid, doc FROM instances"):
             try:
-                instance = _instance(doc, registered_ms)
+                instances.append(_instance(doc, registered_ms))
             except (BadInput, ValueError) as exc:
+                app, iid = (
+                    await self._db.execute_fetchall(
+                        "SELECT app, id FROM instances WHERE rowid = ?", (rowid,)
+                    )
+                )[0]
                 log.error(
                     "store_row_unreadable", table="instances", app=app, id=iid, cause=str(exc)
                 )
-                continue
-            instances.append(StoredInstance(instance, registration_ms, service_up_ms))
         overrides = []
         for app, iid, status, reason, set_ms, expires_ms, by in await self._db.execute_fetchall(
             "SELECT app, id, status, reason, set_ms, expires_ms, set_by FROM overrides"

@@ -50,7 +50,7 @@ class TestLockedStore:
         store = await Store.open(writer.path, now_ms=T0)
         snapshot = await store.load()
         await store.close()
-        assert {"i-1", "i-2"} == {s.instance.instance_id for s in snapshot.instances}
+        assert {"i-1", "i-2"} == {i.instance_id for i in snapshot.instances}
         assert ["i-1"] == [o.instance_id for o in snapshot.overrides]
 
 

@@ -154,7 +154,7 @@ class TestStoredRows:
         with capture_logs() as logs:
             snapshot = await store.load()
         await store.close()
-        assert ["compact", "old"] == sorted(s.instance.instance_id for s in snapshot.instances)
+        assert ["compact", "old"] == sorted(i.instance_id for i in snapshot.instances)
         assert 1 == sum(e["event"] == "store_row_unreadable" for e in logs)
 
 

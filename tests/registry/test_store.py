@@ -123,9 +123,8 @@ class TestRoundTrip:
         await store.close()
         by_id = lambda instances: sorted(instances, key=lambda i: i.instance_id)  # noqa: E731
         assert by_id(comparable(lease.instance) for lease in registry.leases()) == by_id(
-            comparable(stored.instance) for stored in snapshot.instances
+            comparable(stored) for stored in snapshot.instances
         )
-        assert {T0, T0 + 1} == {stored.registration_ms for stored in snapshot.instances}
         assert (2, "abc") == (snapshot.index, snapshot.epoch)
 
     async def test_deletes_remove_and_a_rewrite_replaces(self, path):
@@ -139,9 +138,7 @@ class TestRoundTrip:
         await store.write(Batch(upserts=[lease_a], deletes=[("ORDERS", "b")], index=3, epoch="e"))
         snapshot = await store.load()
         await store.close()
-        assert [("a", S.OUT_OF_SERVICE)] == [
-            (s.instance.instance_id, s.instance.status) for s in snapshot.instances
-        ]
+        assert [("a", S.OUT_OF_SERVICE)] == [(i.instance_id, i.status) for i in snapshot.instances]
 
     async def test_overrides_and_their_history(self, path):
         store = await Store.open(path, now_ms=T0)
@@ -193,6 +190,9 @@ class TestUnreadableRows:
         with capture_logs() as logs:
             snapshot = await store.load()
         await store.close()
-        assert ["good"] == [s.instance.instance_id for s in snapshot.instances]
+        assert ["good"] == [i.instance_id for i in snapshot.instances]
         assert [] == snapshot.overrides
         assert 2 == sum(e["event"] == "store_row_unreadable" for e in logs)
+        assert {("instances", "ORDERS", "bad"), ("overrides", "ORDERS", "bad")} == {
+            (e["table"], e["app"], e["id"]) for e in logs if e["event"] == "store_row_unreadable"
+        }

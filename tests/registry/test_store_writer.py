@@ -41,7 +41,7 @@ async def stored(writer: StoreWriter) -> dict[str, InstanceStatus]:
     """What a fresh connection finds in the store: instance id -> status."""
     store = await Store.open(writer.path, now_ms=T0)
     try:
-        return {s.instance.instance_id: s.instance.status for s in (await store.load()).instances}
+        return {i.instance_id: i.status for i in (await store.load()).instances}
     finally:
         await store.close()
 
@@ -172,7 +172,7 @@ class TestFaults:
             FakeClock(),
             busy_timeout_ms=50,
             late_restore=lambda snapshot, removed, overrides: handed.append(
-                ({s.instance.instance_id for s in snapshot.instances}, removed)
+                ({i.instance_id for i in snapshot.instances}, removed)
             ),
         )
         try:
