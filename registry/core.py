@@ -12,7 +12,6 @@ heartbeats (which change no state anyone fetches) and admin calls that changed n
 
 from __future__ import annotations
 
-import dataclasses
 import secrets
 import types
 from collections import Counter
@@ -20,6 +19,7 @@ from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from typing import Any, Protocol
 
 import structlog
+from msgspec.structs import replace
 
 from registry.errors import RegistryError, StaleReplica, UnknownInstance
 from registry.hashcode import hash_of_counts
@@ -64,7 +64,7 @@ def _registered(
     instance: InstanceInfo, status: InstanceStatus, override: InstanceStatus | None, now_ms: int
 ) -> InstanceInfo:
     """The instance as a registration leaves it: with its status from the chain."""
-    return dataclasses.replace(
+    return replace(
         instance,
         status=status,
         overridden_status=_UNKNOWN if override is None else override,
@@ -410,7 +410,7 @@ class Registry:
         """Merge metadata and re-register as a client call, as Eureka does (contract 3.6)."""
         instance = self._live_lease(app, instance_id, now_ms).instance
         merged = {**instance.metadata, **entries}
-        self.register(dataclasses.replace(instance, metadata=merged), now_ms=now_ms)
+        self.register(replace(instance, metadata=merged), now_ms=now_ms)
 
     def evict(self, app: str, instance_id: str, *, now_ms: int, extra_ms: int = 0) -> bool:
         """Remove this lease if it is still expired; whether it went (contract 8).
@@ -511,7 +511,7 @@ class Registry:
 
     def _change(self, lease: Lease, now_ms: int, **fields: Any) -> None:
         previous = lease.instance
-        lease.instance = dataclasses.replace(
+        lease.instance = replace(
             previous, action_type=ActionType.MODIFIED, last_updated_ms=now_ms, **fields
         )
         self._emit(ActionType.MODIFIED, lease, now_ms, previous)
@@ -523,9 +523,7 @@ class Registry:
         if not leases:
             del self._apps[instance.app]
         lease.eviction_ms = now_ms
-        lease.instance = dataclasses.replace(
-            instance, action_type=ActionType.DELETED, last_updated_ms=now_ms
-        )
+        lease.instance = replace(instance, action_type=ActionType.DELETED, last_updated_ms=now_ms)
         self._emit(ActionType.DELETED, lease, now_ms, instance)
 
     def _emit(

@@ -1,9 +1,9 @@
 """Keeping CPython's full garbage collections short with 100 000 instances in memory.
 
 A full collection walks every object the collector tracks. The registry holds a few per
-instance (its lease and instance; while a change is in the delta window, its event, snapshot
-and journal entry too): at 100 000 instances a full collection took 0.35 s, a stall every
-client feels. Those objects live long and form no reference cycles, so collecting them never
+instance (its lease; while a change is in the delta window, its event, snapshot and journal
+entry too; the instance itself is a struct the collector does not track, see model.py): at
+100 000 instances a full collection took 0.35 s, a stall every client feels. Those objects live long and form no reference cycles, so collecting them never
 finds anything. `gc.freeze()` moves every tracked object into a generation the collector does
 not walk (in O(1)); freed by reference counting as usual, they just stop costing collections.
 

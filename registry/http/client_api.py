@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import dataclasses
-
 from aiohttp import web
 from aiohttp.typedefs import Handler
+from msgspec.structs import replace
 
 from registry.appkeys import CLOCK, REGISTRY
 from registry.clock import Clock
@@ -29,7 +28,7 @@ async def register(request: web.Request) -> web.Response:
     ):
         # A registration carrying an override sets it (contract 6.2, step 5): how peers hand
         # one over. From a client's credential it would bypass the admin plane: not taken.
-        instance = dataclasses.replace(instance, overridden_status=InstanceStatus.UNKNOWN)
+        instance = replace(instance, overridden_status=InstanceStatus.UNKNOWN)
     request.app[REGISTRY].register(instance, now_ms=now_ms, is_replication=replication)
     return web.Response(status=204)
 

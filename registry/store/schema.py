@@ -7,7 +7,7 @@ written by a newer server and is refused rather than misread.
 
 from __future__ import annotations
 
-VERSION = 2
+VERSION = 3
 
 MIGRATIONS: dict[int, tuple[str, ...]] = {
     1: (
@@ -15,7 +15,8 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
         # One row per registered instance with its lease's timestamps. `doc` holds the compact
         # form (registry/store/record.py, a JSON array); rows written before it hold the
-        # instance as `GET apps` shows it, read back by the lenient wire reader.
+        # instance as `GET apps` shows it, read back by the lenient wire reader. (The lease's
+        # timestamps are not read back: a restored instance gets a fresh lease.)
         """CREATE TABLE instances (
             app TEXT NOT NULL,
             id TEXT NOT NULL,
@@ -50,5 +51,19 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         # Who: the admin's user name, once credentials are configured.
         "ALTER TABLE overrides ADD COLUMN set_by TEXT",
         "ALTER TABLE override_history ADD COLUMN actor TEXT",
+    ),
+    3: (
+        # The compact form nests the data center and the ports as the model does (msgspec
+        # reads it into the struct): a flat array of 29 fields, as releases before wrote it,
+        # is rewritten. Its data center metadata was null when empty.
+        """UPDATE instances SET doc = json_array(
+            doc -> 0, doc -> 1, doc -> 2, doc -> 3,
+            json_array(doc -> 4, doc -> 5, json(coalesce(doc ->> 6, '{}'))),
+            doc -> 7, doc -> 8,
+            json_array(doc -> 9, doc -> 10), json_array(doc -> 11, doc -> 12),
+            doc -> 13, doc -> 14, doc -> 15, doc -> 16, doc -> 17, doc -> 18, doc -> 19,
+            doc -> 20, doc -> 21, doc -> 22, doc -> 23, doc -> 24, doc -> 25, doc -> 26,
+            doc -> 27, doc -> 28)
+        WHERE json_valid(doc) AND json_type(doc) = 'array' AND json_array_length(doc) = 29""",
     ),
 }

@@ -133,11 +133,10 @@ class Store:
             try:
                 instances.append(_instance(doc, registered_ms))
             except (BadInput, ValueError) as exc:
-                app, iid = (
-                    await self._db.execute_fetchall(
-                        "SELECT app, id FROM instances WHERE rowid = ?", (rowid,)
-                    )
-                )[0]
+                named = await self._db.execute_fetchall(
+                    "SELECT app, id FROM instances WHERE rowid = ?", (rowid,)
+                )
+                app, iid = next(iter(named))
                 log.error(
                     "store_row_unreadable", table="instances", app=app, id=iid, cause=str(exc)
                 )

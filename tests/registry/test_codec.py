@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import dataclasses
-
+import msgspec
 import orjson
 import pytest
 from hypothesis import given
@@ -94,7 +93,7 @@ def lease_of(instance: InstanceInfo) -> LeaseSnapshot:
 
 def comparable(instance: InstanceInfo) -> InstanceInfo:
     # actionType is the server's to set; it is written out but never read in.
-    return dataclasses.replace(instance, action_type=None)
+    return msgspec.structs.replace(instance, action_type=None)
 
 
 class TestRoundTrip:

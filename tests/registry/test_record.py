@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import msgspec
 import orjson
 import pytest
 from hypothesis import given, settings
@@ -15,9 +16,9 @@ from registry.codec import Format, json_codec, wire
 from registry.core import Registry
 from registry.errors import BadInput, RegistryError
 from registry.metrics import InstanceCounts
-from registry.model import InstanceStatus, Lease
+from registry.model import AMAZON_CLASS, DataCenterInfo, InstanceInfo, InstanceStatus, Lease
 from registry.preservation import SelfPreservation
-from registry.store import record
+from registry.store import record, schema
 from registry.store.sqlite import Batch, Store
 from tests.registry import reference
 from tests.registry.test_codec import instances
@@ -38,7 +39,8 @@ class TestCompactForm:
             b"[1, 2]",
             b"not json",
             b"{}",
-            b'["i", "A", "h", "ip", "MyOwn", "c", null, "SIDEWAYS"' + b", 0" * 21 + b"]",
+            b'["i", "A", "h", "ip", ["MyOwn", "c", {}], "SIDEWAYS"' + b", 0" * 19 + b"]",
+            b'["", "A", "h", "ip", ["MyOwn", "c", {}]]',  # no instance id
         ],
     )
     def test_a_damaged_row_is_refused(self, row):
@@ -57,25 +59,109 @@ class TestCompactForm:
         assert from_wire.host_name is from_wire.ip_addr
 
     @pytest.mark.parametrize(
-        ("field", "value", "named"),
+        ("at", "value", "named"),
         [
-            (9, "8080", "'8080'"),  # the port, as text
-            (13, True, "True"),  # a flag where a number goes
-            (0, None, "None"),
-            (15, {"zone": 1}, "'zone' is 1"),  # metadata values are text
-            (6, {"instance-id": ["i"]}, "['i']"),
-            (8, "SIDEWAYS", "SIDEWAYS"),
-            (27, "MOVED", "MOVED"),
+            ((7, 0), "8080", "$[7][0]"),  # the port, as text
+            ((9,), True, "$[9]"),  # a flag where a number goes
+            ((0,), None, "$[0]"),
+            ((11,), {"zone": 1}, "$[11]"),  # metadata values are text
+            ((4, 2), {"instance-id": ["i"]}, "$[4][2]"),
+            ((6,), "SIDEWAYS", "SIDEWAYS"),
+            ((23,), "MOVED", "MOVED"),
         ],
     )
-    def test_a_wrong_value_is_refused(self, field, value, named):
-        """Also once rows of the right shape have been read (their shape is checked once)."""
-        good = orjson.loads(record.encode(make()))
-        record.decode(orjson.dumps(good))
-        bad = [*good[:field], value, *good[field + 1 :]]
+    def test_a_wrong_value_is_refused_and_named(self, at, value, named):
+        row = orjson.loads(record.encode(make()))
+        *outer, last = at
+        field = row
+        for n in outer:
+            field = field[n]
+        field[last] = value
         with pytest.raises(BadInput) as refused:
-            record.decode(orjson.dumps(bad))
+            record.decode(orjson.dumps(row))
         assert named in refused.value.detail
+
+    def test_what_many_instances_repeat_is_kept_once(self):
+        """As the wire reader keeps them: the application, VIPs, short metadata, ports and
+        data center are shared between instances read back."""
+        rows = [
+            record.encode(
+                make(i, vip_address="orders", metadata={"zone": "eu-west-1a", "commit": "f" * 40})
+            )
+            for i in ("a", "b")
+        ]
+        a, b = (record.decode(row) for row in rows)
+        assert a.app is b.app and a.vip_address is b.vip_address
+        assert a.metadata["zone"] is b.metadata["zone"]
+        assert a.port is b.port and a.data_center_info is b.data_center_info
+
+
+class TestEarlierForms:
+    async def test_a_flat_row_of_an_earlier_release_is_rewritten_when_the_store_opens(
+        self, tmp_path
+    ):
+        """Releases before the nested form wrote 29 flat fields (data center and ports
+        spread out, empty data center metadata as null): schema migration 3 rewrites them."""
+        path = tmp_path / "registry.db"
+        instance = msgspec.structs.replace(
+            make("flat", metadata={"zone": "1"}, vip_address="orders"),
+            data_center_info=DataCenterInfo(
+                name="Amazon", class_name=AMAZON_CLASS, metadata={"instance-id": "i-9"}
+            ),
+        )
+        plain = make("plain")
+        await sql(
+            path,
+            "CREATE TABLE schema_version (version INTEGER NOT NULL)",
+            "INSERT INTO schema_version VALUES (2)",
+            *schema.MIGRATIONS[1],
+            *schema.MIGRATIONS[2],
+        )
+        for i in (instance, plain):
+            flat = orjson.dumps(_flat(i)).decode()
+            await sql(
+                path, f"INSERT INTO instances VALUES ('{i.app}', '{i.instance_id}', '{flat}', 0, 0)"
+            )
+        store = await Store.open(path, now_ms=T0)
+        snapshot = await store.load()
+        await store.close()
+        assert [instance, plain] == sorted(snapshot.instances, key=lambda i: i.instance_id)
+
+
+def _flat(i: InstanceInfo) -> list[object]:
+    """An instance as releases before the nested form stored it."""
+    dc = i.data_center_info
+    return [
+        i.instance_id,
+        i.app,
+        i.host_name,
+        i.ip_addr,
+        dc.name,
+        dc.class_name,
+        dict(dc.metadata) if dc.metadata else None,
+        i.status.value,
+        i.overridden_status.value,
+        i.port.number,
+        i.port.enabled,
+        i.secure_port.number,
+        i.secure_port.enabled,
+        i.renewal_interval_secs,
+        i.duration_secs,
+        dict(i.metadata),
+        i.sid,
+        i.country_id,
+        i.app_group_name,
+        i.home_page_url,
+        i.status_page_url,
+        i.health_check_url,
+        i.secure_health_check_url,
+        i.vip_address,
+        i.secure_vip_address,
+        i.last_updated_ms,
+        i.last_dirty_ms,
+        None if i.action_type is None else i.action_type.value,
+        i.asg_name,
+    ]
 
 
 def subscribed(registry: Registry) -> tuple[SelfPreservation, InstanceCounts, Catalog]:

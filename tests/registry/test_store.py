@@ -7,6 +7,7 @@ import dataclasses
 import sqlite3
 from pathlib import Path
 
+import msgspec
 import pytest
 from structlog.testing import capture_logs
 
@@ -42,7 +43,7 @@ async def sql(path: Path, *statements: str) -> list[tuple[object, ...]]:
 
 
 def comparable(instance):
-    return dataclasses.replace(instance, action_type=None)
+    return msgspec.structs.replace(instance, action_type=None)
 
 
 class TestOpen:
@@ -96,7 +97,9 @@ class TestOpen:
             "CREATE TABLE schema_version (version INTEGER NOT NULL)",
             "INSERT INTO schema_version VALUES (99)",
         )
-        with pytest.raises(NewerSchema, match="schema version 99, newer than this server's 2"):
+        with pytest.raises(
+            NewerSchema, match=f"schema version 99, newer than this server's {schema.VERSION}"
+        ):
             await Store.open(path, now_ms=T0)
 
     async def test_a_corrupt_file_is_moved_aside_and_the_store_starts_empty(self, path):
