@@ -2,6 +2,7 @@
 
 `cluster` holds the peer list and fans client-originated changes out to one `dispatcher` per
 peer, which queues them (`pending`), encodes them when sent (`items`) and talks HTTP (`client`).
-`batch_handler` applies what peers send; `sync` copies a peer's registry at start-up and
-`anti_entropy` repairs differences found by comparing `digest`s, both through `merge`.
+`sync` copies a peer's registry at start-up and `anti_entropy` repairs differences found by
+comparing `digest`s, both through `merge`. What peers send this node is read and applied by
+`registry/http/peer_api.py`.
 """

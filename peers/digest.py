@@ -11,10 +11,6 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable
 
-import orjson
-from aiohttp import web
-
-from registry.appkeys import REGISTRY
 from registry.core import Registry
 from registry.model import LeaseRecord
 
@@ -39,12 +35,3 @@ def digest(leases: Iterable[LeaseRecord]) -> str:
         for i in (lease.instance for lease in leases)
     )
     return hashlib.blake2b("\n".join(rows).encode(), digest_size=12).hexdigest()
-
-
-DIGESTS = web.AppKey("digests", Digests)
-
-
-async def digests(request: web.Request) -> web.Response:
-    """GET peerreplication/digest: `{"index": N, "applications": {"APP": "hex", ...}}`."""
-    body = {"index": request.app[REGISTRY].index, "applications": request.app[DIGESTS].current()}
-    return web.Response(body=orjson.dumps(body), content_type="application/json")

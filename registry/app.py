@@ -12,7 +12,7 @@ from aiohttp import web
 
 from peers.anti_entropy import anti_entropy_forever
 from peers.cluster import Cluster
-from peers.digest import DIGESTS, Digests
+from peers.digest import Digests
 from peers.sync import sync_at_start
 from registry import heap
 from registry.activity import Activity
@@ -21,6 +21,7 @@ from registry.appkeys import (
     CATALOG,
     CLOCK,
     CLUSTER,
+    DIGESTS,
     FEED,
     JOURNAL,
     LIMITER,

@@ -5,6 +5,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from peers.cluster import Cluster
+from peers.digest import Digests
 from registry.cache import ResponseCache
 from registry.catalog import Catalog
 from registry.clock import Clock
@@ -28,6 +29,7 @@ CLOCK = web.AppKey("clock", Clock)
 SETTINGS = web.AppKey("settings", Settings)
 READS = web.AppKey("reads", ReadGate)
 CLUSTER = web.AppKey("cluster", Cluster)
+DIGESTS = web.AppKey("digests", Digests)  # per application, for anti-entropy
 PRESERVATION = web.AppKey("preservation", SelfPreservation)
 FEED = web.AppKey("feed", ChangeFeed)
 # The store's writer; None when the store is off, or could not be opened (then say why).

@@ -3,9 +3,10 @@
 A full collection walks every object the collector tracks. The registry holds a few per
 instance (its lease; while a change is in the delta window, its event, snapshot and journal
 entry too; the instance itself is a struct the collector does not track, see model.py): at
-100 000 instances a full collection took 0.35 s, a stall every client feels. Those objects live long and form no reference cycles, so collecting them never
-finds anything. `gc.freeze()` moves every tracked object into a generation the collector does
-not walk (in O(1)); freed by reference counting as usual, they just stop costing collections.
+100 000 instances a full collection took 0.35 s, a stall every client feels. Those objects
+live long and form no reference cycles, so collecting them never finds anything.
+`gc.freeze()` moves every tracked object into a generation the collector does not walk (in
+O(1)); freed by reference counting as usual, they just stop costing collections.
 
 So the registry is frozen once restored, and then every `interval` (a second by default),
 each time after a young collection, so that cycles just made are collected rather than frozen.

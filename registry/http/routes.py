@@ -9,7 +9,6 @@ from collections.abc import Callable
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
-from peers import batch_handler, digest
 from registry import metrics
 from registry.appkeys import CLOCK, LIMITER, REGISTRY, REQUESTS, SETTINGS
 from registry.http import (
@@ -17,6 +16,7 @@ from registry.http import (
     client_api,
     discovery_api,
     openapi,
+    peer_api,
     server_info,
     status_page,
     watch_api,
@@ -59,8 +59,8 @@ def routes(app: web.Application) -> dict[str, dict[str, Handler]]:
         "/overrides": {"GET": admin_api.overrides},
         "/overrides/history": {"GET": admin_api.override_history},
         "/watch": {"GET": watch_api.watch},
-        "/peerreplication/batch": {"POST": batch_handler.batch},
-        "/peerreplication/digest": {"GET": digest.digests},
+        "/peerreplication/batch": {"POST": peer_api.batch},
+        "/peerreplication/digest": {"GET": peer_api.digests},
     }
 
 

@@ -1,4 +1,6 @@
-"""POST peerreplication/batch: a peer's changes, applied item by item (contract 11.4).
+"""What peers call: their changes in batches, and the digests anti-entropy compares.
+
+POST peerreplication/batch: a peer's changes, applied item by item (contract 11.4).
 
 Every item is a replication, so nothing here is sent on to other peers (one hop). Items are
 applied in order, a slice at a time between which the loop gets a turn. Each item gets its own
@@ -10,6 +12,8 @@ answer in the same order, and a bad item never stops the rest of the batch:
     400  the item is malformed (Eureka would answer 200 or 500); `error` and `detail` say why
 
 A body that is not a replication batch at all is a 400 for the whole request.
+
+GET peerreplication/digest: per-application digests (peers/digest.py).
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ import structlog
 from aiohttp import web
 
 from registry import errors
-from registry.appkeys import CLOCK, REGISTRY
+from registry.appkeys import CLOCK, DIGESTS, REGISTRY
 from registry.codec import instance_from_wire, json_codec, wire
 from registry.core import Registry
 from registry.http.error_handling import status_for
@@ -52,6 +56,12 @@ async def batch(request: web.Request) -> web.Response:
     return web.Response(
         body=orjson.dumps({"responseList": answers}), content_type="application/json"
     )
+
+
+async def digests(request: web.Request) -> web.Response:
+    """`{"index": N, "applications": {"APP": "hex", ...}}`."""
+    body = {"index": request.app[REGISTRY].index, "applications": request.app[DIGESTS].current()}
+    return web.Response(body=orjson.dumps(body), content_type="application/json")
 
 
 def answer(registry: Registry, item: object, now_ms: int) -> dict[str, Any]:
