@@ -2,7 +2,12 @@
 
 RegistryError               500  a bug: never raised on purpose for bad input
 ├── BadInput                400  the request is malformed; nothing changed
-│   └── UnsupportedMediaType 415  a body in a format we do not read
+│   ├── UnsupportedMediaType 415  a body in a format we do not read
+│   └── BodyTooLarge        413  a body larger than `max_body_bytes`
+├── Unauthorized            401  no credential, or one this node does not know (a challenge)
+├── Forbidden               403  a credential of another plane, a browser sending for another
+│                                site, a name that is not loopback while no credentials are set
+├── TooManyRequests         429  a client fetching faster than its bucket allows (Retry-After)
 ├── UnknownInstance         404  no such lease (or it expired, or must re-register)
 ├── UnknownApplication      404  no instance of that application
 ├── NotServed               403  a read this node does not serve now (delta disabled)
@@ -10,11 +15,14 @@ RegistryError               500  a bug: never raised on purpose for bad input
 ├── IndexExpired            410  a watch or long-poll asks for changes no longer kept
 ├── StoreUnavailable        503  an override is in force but could not be written to disk yet
 └── StaleReplica            409  a peer holds older data than ours; it gets our copy
+
+An error may carry response headers (`headers`): the 401's challenge, the 429's Retry-After.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -22,6 +30,8 @@ if TYPE_CHECKING:
 
 
 class RegistryError(Exception):
+    headers: Sequence[tuple[str, str]] = ()  # added to the error's response
+
     @property
     def code(self) -> str:
         """The snake_case name clients see in the error body, e.g. `unknown_instance`."""
@@ -37,6 +47,34 @@ class BadInput(RegistryError):
 
 class UnsupportedMediaType(BadInput):
     pass
+
+
+class BodyTooLarge(BadInput):
+    pass
+
+
+class Unauthorized(RegistryError):
+    def __init__(self, detail: str, *, challenges: Sequence[str]) -> None:
+        super().__init__(detail)
+        self.headers = [("WWW-Authenticate", challenge) for challenge in challenges]
+
+
+class Forbidden(RegistryError):
+    """`reason`, when given, is the code clients see (`cross_site`, `not_loopback`)."""
+
+    def __init__(self, detail: str, *, reason: str = "forbidden") -> None:
+        super().__init__(detail)
+        self.reason = reason
+
+    @property
+    def code(self) -> str:
+        return self.reason
+
+
+class TooManyRequests(RegistryError):
+    def __init__(self, detail: str, *, retry_after: str) -> None:
+        super().__init__(detail)
+        self.headers = [("Retry-After", retry_after)]
 
 
 class UnknownInstance(RegistryError):

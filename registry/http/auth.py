@@ -7,7 +7,8 @@
 - peer: the batch and digest endpoints, and any request that says it is a replication (the
   `x-netflix-discovery-replication` header), whatever its path. The peer credential only.
 
-Health, readiness and the OpenAPI document are open: probes carry no credentials.
+Health, readiness and the OpenAPI document are open: probes carry no credentials. Each route
+declares its plane in the route table (routes.py).
 
 With no credentials configured no guard is installed, and the settings keep the server on
 loopback. Otherwise a request without a credential this node knows gets 401 and a challenge; one
@@ -31,7 +32,7 @@ from aiohttp.typedefs import Handler
 
 from registry.appkeys import SETTINGS
 from registry.codec.wire import REPLICATION_HEADER
-from registry.http.error_handling import error_response
+from registry.errors import Forbidden, Unauthorized
 from registry.settings import Settings, is_loopback
 
 REALM = "service-registry"
@@ -65,30 +66,6 @@ _SETTING = {
 }
 
 
-# Each path's plane (paths as the route table names them, under the version prefix); any other
-# path is the client's.
-ADMIN_PATHS = frozenset(
-    {
-        "/apps/{app}/{id}/status",
-        "/apps/{app}/{id}/status/explain",
-        "/apps/{app}/{id}/metadata",
-        "/overrides",
-        "/overrides/history",
-        "/eureka/serverinfo/statusoverrides",
-    }
-)
-PEER_PATHS = frozenset({"/peerreplication/batch", "/peerreplication/digest"})
-OPEN_PATHS = frozenset({"/healthz", "/readyz", "/openapi.json"})
-
-
-def plane(path: str) -> Plane:
-    if path in ADMIN_PATHS:
-        return Plane.ADMIN
-    if path in PEER_PATHS:
-        return Plane.PEER
-    return Plane.OPEN if path in OPEN_PATHS else Plane.CLIENT
-
-
 def from_this_site(handler: Handler, settings: Settings) -> Handler:
     """`handler`, refusing what a browser sends on another site's behalf.
 
@@ -104,15 +81,14 @@ def from_this_site(handler: Handler, settings: Settings) -> Handler:
     @functools.wraps(handler)
     async def wrapper(request: web.Request) -> web.StreamResponse:
         if request.method not in ("GET", "HEAD") and _cross_site(request):
-            return error_response(
-                403, "cross_site", "a browser sent this on behalf of another site's page"
+            raise Forbidden(
+                "a browser sent this on behalf of another site's page", reason="cross_site"
             )
         if loopback_only and not _loopback_host(request.host):
-            return error_response(
-                403,
-                "not_loopback",
+            raise Forbidden(
                 "with no credentials configured this node answers loopback names only "
                 f"(127.0.0.1, localhost), not {request.host!r}",
+                reason="not_loopback",
             )
         return await handler(request)
 
@@ -210,17 +186,12 @@ def guard(handler: Handler, on: Plane, credentials: Credentials) -> Handler:
             request[ROLES], request[PRINCIPAL] = roles, user
             return await handler(request)
         if not credentials.configured & needed.value:
-            return error_response(
-                403, "forbidden", f"this node has no {_SETTING[needed]} configured"
-            )
+            raise Forbidden(f"this node has no {_SETTING[needed]} configured")
         if roles:
-            return error_response(
-                403, "forbidden", f"this credential may not call this; it needs {_SETTING[needed]}"
-            )
-        response = error_response(401, "unauthorized", "credentials missing or not recognised")
-        response.headers[hdrs.WWW_AUTHENTICATE] = f'Basic realm="{REALM}", charset="UTF-8"'
+            raise Forbidden(f"this credential may not call this; it needs {_SETTING[needed]}")
+        challenges = [f'Basic realm="{REALM}", charset="UTF-8"']
         if needed is Plane.ADMIN:
-            response.headers.add(hdrs.WWW_AUTHENTICATE, f'Bearer realm="{REALM}"')
-        return response
+            challenges.append(f'Bearer realm="{REALM}"')
+        raise Unauthorized("credentials missing or not recognised", challenges=challenges)
 
     return wrapper

@@ -1,9 +1,10 @@
 """Every error leaves as a JSON body `{"error": ..., "detail": ...}` with its status.
 
-RegistryError subclasses map to statuses through one table, walked along the class's MRO;
-aiohttp's own errors (413 body too large, ...) get the same shape, as do requests no route
-matches (404) or no route of that path accepts (405); anything else is a bug: logged with its
-traceback and answered 500.
+RegistryError subclasses map to statuses through one table, walked along the class's MRO:
+refusals by the guards around a handler (401, 403, 429) too, since this wrapper is the
+outermost. aiohttp's own errors get the same shape, as do requests no route matches (404) or
+no route of that path accepts (405); anything else is a bug: logged with its traceback and
+answered 500.
 
 This is a wrapper around each route's handler rather than an application middleware: a
 middleware also costs aiohttp's own per-request wrapper, about 7 % of a heartbeat's time.
@@ -29,6 +30,10 @@ STATUS_FOR: dict[type, int] = {
     errors.RegistryError: 500,
     errors.BadInput: 400,
     errors.UnsupportedMediaType: 415,
+    errors.BodyTooLarge: 413,
+    errors.Unauthorized: 401,
+    errors.Forbidden: 403,
+    errors.TooManyRequests: 429,
     errors.UnknownInstance: 404,
     errors.UnknownApplication: 404,
     errors.NotServed: 403,
@@ -37,7 +42,7 @@ STATUS_FOR: dict[type, int] = {
     errors.StoreUnavailable: 503,
 }
 
-_HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 413: "body_too_large"}
+_HTTP_CODES = {404: "not_found", 405: "method_not_allowed"}
 
 
 def status_for(exc: errors.RegistryError) -> int:
@@ -67,11 +72,13 @@ def json_errors(handler: Handler, registry: Registry) -> Handler:
             if status == 500:
                 log.exception("request_failed", method=request.method, path=request.path)
             response = error_response(status, exc.code, str(exc))
+            for name, value in exc.headers:
+                response.headers.add(name, value)
         except web.HTTPException as exc:
             if exc.status < 400:
                 raise
             code = _HTTP_CODES.get(exc.status, f"http_{exc.status}")
-            response = error_response(exc.status, code, _detail(request, exc))
+            response = error_response(exc.status, code, exc.reason)
         except Exception:
             log.exception("request_failed", method=request.method, path=request.path)
             response = error_response(500, "internal_error", "unexpected error; see the server log")
@@ -102,9 +109,3 @@ def method_not_allowed(allowed: list[str]) -> Handler:
         return response
 
     return handler
-
-
-def _detail(request: web.Request, exc: web.HTTPException) -> str:
-    if exc.status == 413:
-        return f"the request body is larger than {request.client_max_size} bytes"
-    return exc.reason

@@ -14,7 +14,7 @@ from registry.cache import Key
 from registry.codec import Format, json_codec, xml_codec
 from registry.codec.wire import INDEX_HEADER
 from registry.encoded import Document
-from registry.errors import BadInput, UnsupportedMediaType
+from registry.errors import BadInput, BodyTooLarge, UnsupportedMediaType
 
 _READABLE_CHARSETS = (None, "utf-8", "utf8", "iso-8859-1")
 # Types that say nothing about the body (HTTP libraries' and curl's defaults): look at it instead.
@@ -102,6 +102,10 @@ async def read_document(request: web.Request, *, root: str) -> Any:
     """
     try:
         body = await request.read()
+    except web.HTTPRequestEntityTooLarge:
+        raise BodyTooLarge(
+            "body", f"the request body is larger than {request.client_max_size} bytes"
+        ) from None
     except web.RequestPayloadError as exc:  # it does not inflate as its Content-Encoding says
         raise BadInput("body", f"cannot read the request body: {exc}") from None
     if not body.strip():

@@ -1,282 +1,28 @@
-"""GET /openapi.json: an OpenAPI 3.1 description of the whole HTTP API.
+"""GET /openapi.json: an OpenAPI 3.1 description of the whole HTTP API, made from the route
+table: each operation is documented by its route (api_docs.py), with its plane and security.
 
 Paths are given under `/eureka/`; the same API answers under `/eureka/v2/` (and `/eureka/v1/`),
-each path with or without a trailing slash. Instance documents follow Eureka's wire format
-(JSON wrapped as {"instance": ...}, or XML); they are described by reference to it rather than
-field by field. A test checks that every route of the server is described here.
+each path with or without a trailing slash.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import re
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 import orjson
 from aiohttp import web
+from aiohttp.typedefs import Handler
 
-from registry.http.auth import Plane, plane
+from registry.http import api_docs
+from registry.http.auth import Plane
+
+if TYPE_CHECKING:
+    from registry.http.routes import Route
 
 BASE = "/eureka"
-
-_ERROR = {
-    "type": "object",
-    "required": ["error", "detail"],
-    "properties": {
-        "error": {"type": "string", "examples": ["bad_input"]},
-        "detail": {"type": "string"},
-        "field": {"type": "string", "description": "the input at fault, for validation errors"},
-    },
-}
-_EUREKA_DOC = {
-    "description": "A document in Eureka's wire format: JSON when Accept mentions json, XML "
-    "otherwise; gzip when Accept-Encoding asks for it.",
-    "content": {"application/json": {}, "application/xml": {}},
-}
-_JSON_DOC = {"description": "A JSON document.", "content": {"application/json": {}}}
-_NO_BODY = {"description": "Done; no body."}
-
-
-def _error(description: str) -> dict[str, Any]:
-    return {
-        "description": description,
-        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
-    }
-
-
-def _param(where: str, name: str, description: str, *, required: bool) -> dict[str, Any]:
-    return {
-        "name": name,
-        "in": where,
-        "required": required,
-        "schema": {"type": "string"},
-        "description": description,
-    }
-
-
-def _path(name: str, description: str) -> dict[str, Any]:
-    return _param("path", name, description, required=True)
-
-
-def _query(name: str, description: str, *, required: bool = False) -> dict[str, Any]:
-    return _param("query", name, description, required=required)
-
-
-APP = _path("app", "application name (case-insensitive)")
-ID = _path("id", "instance id")
-VIP = _path("vip", "VIP address (one name of a comma-separated list)")
-LAST_DIRTY = _query("lastDirtyTimestamp", "the client's lastDirtyTimestamp (epoch ms)")
-REPLICATION = _param(
-    "header",
-    "x-netflix-discovery-replication",
-    "the call comes from a peer node (true)",
-    required=False,
-)
-NOT_FOUND = _error("No such instance or application.")
-BAD = _error("Bad input; nothing changed.")
-NOT_SYNCED = _error("Reads are not served yet (copying the registry from peers).")
-STORE_503 = _error("In force in memory, but not yet written to disk.")
-EXPIRED = _error("The index is not one this node can go on from: fetch apps in full.")
-INSTANCE_BODY = {
-    "required": True,
-    "description": 'An instance in Eureka\'s wire format: {"instance": {...}} or <instance>.',
-    "content": {"application/json": {}, "application/xml": {}},
-}
-
-
-def _op(summary: str, responses: dict[str, Any], **extra: Any) -> dict[str, Any]:
-    return {"summary": summary, "responses": responses, **extra}
-
-
-def _paths() -> dict[str, dict[str, Any]]:
-    return {
-        "/apps/{app}/{id}": {
-            "parameters": [APP, ID],
-            "put": _op(
-                "Heartbeat: renew the lease",
-                {
-                    "200": _NO_BODY,
-                    "404": NOT_FOUND,
-                    "409": _EUREKA_DOC
-                    | {"description": "A peer holds older data: here is ours (replication only)."},
-                },
-                parameters=[
-                    LAST_DIRTY,
-                    _query("overriddenstatus", "the caller's override"),
-                    _query("status", "ignored, as in Eureka"),
-                    REPLICATION,
-                ],
-            ),
-            "delete": _op(
-                "Cancel: deregister", {"200": _NO_BODY, "404": NOT_FOUND}, parameters=[REPLICATION]
-            ),
-            "get": _op("One instance", {"200": _EUREKA_DOC, "404": NOT_FOUND}),
-        },
-        "/apps": {
-            "get": _op("The full registry", {"200": _EUREKA_DOC, "403": NOT_SYNCED}),
-        },
-        "/apps/delta": {
-            "post": _op(
-                "Register an instance of an application named DELTA",
-                {"204": _NO_BODY, "400": BAD},
-                requestBody=INSTANCE_BODY,
-                parameters=[REPLICATION],
-            ),
-            "get": _op(
-                "Recent changes; with index, the changes after it, held with wait (long-poll)",
-                {"200": _EUREKA_DOC, "400": BAD, "403": NOT_SYNCED, "410": EXPIRED},
-                parameters=[
-                    _query("index", "give the changes after this registry index"),
-                    _query("epoch", "the epoch the index belongs to (X-Registry-Epoch)"),
-                    _query("wait", "hold until a change, at most this long: 500ms, 30s, 2m"),
-                ],
-            ),
-        },
-        "/apps/{app}": {
-            "parameters": [APP],
-            "post": _op(
-                "Register (or re-register) an instance",
-                {"204": _NO_BODY, "400": BAD, "415": _error("A body format that is not read.")},
-                requestBody=INSTANCE_BODY,
-                parameters=[REPLICATION],
-            ),
-            "get": _op(
-                "One application", {"200": _EUREKA_DOC, "403": NOT_SYNCED, "404": NOT_FOUND}
-            ),
-        },
-        "/apps/{app}/{id}/status": {
-            "parameters": [APP, ID],
-            "put": _op(
-                "Set an admin status override; on disk before the answer",
-                {"200": _NO_BODY, "400": BAD, "404": NOT_FOUND, "503": STORE_503},
-                parameters=[
-                    _query("value", "the status to force", required=True),
-                    _query("reason", "why, in the admin's words"),
-                    _query("expires", "until when: 30m, 8h, 7d or an ISO 8601 time"),
-                    LAST_DIRTY,
-                    REPLICATION,
-                ],
-            ),
-            "delete": _op(
-                "Remove the override, leaving status value (default UNKNOWN)",
-                {"200": _NO_BODY, "400": BAD, "404": NOT_FOUND, "503": STORE_503},
-                parameters=[_query("value", "the status to leave"), LAST_DIRTY, REPLICATION],
-            ),
-        },
-        "/apps/{app}/{id}/status/explain": {
-            "parameters": [APP, ID],
-            "get": _op(
-                "Which rule of the chain (or admin action) decided the status, and its inputs",
-                {"200": _JSON_DOC, "404": NOT_FOUND},
-            ),
-        },
-        "/apps/{app}/{id}/metadata": {
-            "parameters": [APP, ID],
-            "put": _op(
-                "Merge metadata (every query parameter is an entry)",
-                {"200": _NO_BODY, "400": BAD, "404": NOT_FOUND},
-            ),
-        },
-        "/instances/{id}": {
-            "parameters": [ID],
-            "get": _op(
-                "One instance, in whichever application", {"200": _EUREKA_DOC, "404": NOT_FOUND}
-            ),
-        },
-        "/vips/{vip}": {
-            "parameters": [VIP],
-            "get": _op("Instances by VIP address", {"200": _EUREKA_DOC, "403": NOT_SYNCED}),
-        },
-        "/svips/{vip}": {
-            "parameters": [VIP],
-            "get": _op("Instances by secure VIP address", {"200": _EUREKA_DOC, "403": NOT_SYNCED}),
-        },
-        "/status": {
-            "get": _op("Server statistics, peers, self-preservation, store", {"200": _EUREKA_DOC}),
-        },
-        "/overrides": {
-            "get": _op("Overrides in force, with reason, time set and expiry", {"200": _JSON_DOC}),
-        },
-        "/overrides/history": {
-            "get": _op(
-                "Overrides set, deleted, cancelled and expired, oldest first",
-                {
-                    "200": _JSON_DOC,
-                    "400": BAD,
-                    "403": _error("The store is off."),
-                    "503": _error("The store cannot be read now."),
-                },
-                parameters=[_query("since", "from this time (epoch ms)")],
-            ),
-        },
-        "/watch": {
-            "get": _op(
-                "Changes as Server-Sent Events (ADDED, MODIFIED, DELETED, reset)",
-                {
-                    "200": {
-                        "description": "An event stream.",
-                        "content": {"text/event-stream": {}},
-                    },
-                    "400": BAD,
-                    "403": NOT_SYNCED,
-                },
-                parameters=[
-                    _param("header", "Last-Event-ID", "resume after index@epoch", required=False),
-                    _query("index", "resume after this registry index"),
-                    _query("epoch", "the epoch of that index"),
-                ],
-            ),
-        },
-        "/peerreplication/batch": {
-            "post": _op(
-                "A peer's changes, answered item by item (Eureka's batch format)",
-                {"200": _JSON_DOC, "400": BAD},
-                requestBody={"required": True, "content": {"application/json": {}}},
-            ),
-        },
-        "/peerreplication/digest": {
-            "get": _op("Per-application digests, for anti-entropy", {"200": _JSON_DOC}),
-        },
-    }
-
-
-UNVERSIONED_PATHS: dict[str, dict[str, Any]] = {
-    "/eureka/serverinfo/statusoverrides": {
-        "get": _op("Overrides in force, id -> status (as Netflix's server)", {"200": _JSON_DOC}),
-    },
-    "/healthz": {"get": _op("The process is alive", {"200": _JSON_DOC})},
-    "/readyz": {
-        "get": _op(
-            "Ready: reads served and the store writing",
-            {"200": _JSON_DOC, "503": _JSON_DOC | {"description": "Not ready, with the reasons."}},
-        ),
-    },
-    "/openapi.json": {"get": _op("This document", {"200": _JSON_DOC})},
-    "/metrics": {
-        "get": _op(
-            "Metrics in Prometheus' text format",
-            {"200": {"description": "Prometheus text.", "content": {"text/plain": {}}}},
-        )
-    },
-    "/": {
-        "get": _op(
-            "The status page, for people",
-            {"200": {"description": "An HTML page.", "content": {"text/html": {}}}},
-        )
-    },
-    "/page/{name}": {
-        "parameters": [_path("name", "status.js or status.css")],
-        "get": _op(
-            "The status page's script and style sheet",
-            {
-                "200": {
-                    "description": "The file.",
-                    "content": {"text/javascript": {}, "text/css": {}},
-                },
-                "404": _error("No such file."),
-            },
-        ),
-    },
-}
-
+Table = Mapping[str, Mapping[str, "Route"]]
 
 _SECURITY: dict[Plane, list[dict[str, list[str]]]] = {
     Plane.OPEN: [],
@@ -295,47 +41,48 @@ _SCHEMES = {
 }
 
 
-def _secured(on: Plane, item: dict[str, Any]) -> dict[str, Any]:
-    """`item` with each operation's plane, security and refusals (registry/http/auth.py)."""
-    operations = {}
-    for method, operation in item.items():
-        if method == "parameters":
-            operations[method] = operation
-            continue
-        refusals = (
-            {}
-            if on is Plane.OPEN
-            else {
-                "401": _error("No credential, or one this node does not know."),
-                "403": _error("A credential of another plane."),
-            }
-        )
-        operations[method] = operation | {
-            "x-plane": on.name.lower(),
-            "security": _SECURITY[on],
-            "responses": operation["responses"] | refusals,
+def described(path: str) -> str:
+    """A route's path as the document names it: `{app:delta}` is the literal `delta`."""
+    return re.sub(r"\{\w+:(\w+)\}", r"\1", path)
+
+
+def _item(path: str, methods: Mapping[str, Route]) -> dict[str, Any]:
+    """A path's item: its parameters, and each method's operation with its plane."""
+    names = re.findall(r"\{(\w+)\}", described(path))
+    item: dict[str, Any] = {"parameters": [api_docs.PATH_PARAMETERS[n] for n in names]}
+    for method, route in methods.items():
+        responses = route.doc["responses"]
+        if route.plane is not Plane.OPEN:
+            responses = responses | api_docs.REFUSED
+        if route.limited:
+            responses = responses | api_docs.THROTTLED
+        item[method.lower()] = route.doc | {
+            "x-plane": route.plane.name.lower(),
+            "security": _SECURITY[route.plane],
+            "responses": responses,
         }
-    return operations
+    return item if names else {k: v for k, v in item.items() if k != "parameters"}
 
 
-def document() -> dict[str, Any]:
-    paths = {BASE + path: _secured(plane(path), item) for path, item in _paths().items()}
-    paths |= {path: _secured(plane(path), item) for path, item in UNVERSIONED_PATHS.items()}
+def document(versioned: Table, unversioned: Table) -> dict[str, Any]:
+    paths = {BASE + described(path): _item(path, m) for path, m in versioned.items()}
+    paths |= {path: _item(path, m) for path, m in unversioned.items()}
     return {
         "openapi": "3.1.0",
-        "info": {
-            "title": "service-registry",
-            "version": "1",
-            "description": __doc__,
-        },
+        "info": {"title": "service-registry", "version": "1", "description": __doc__},
         "paths": paths,
-        "components": {"schemas": {"Error": _ERROR}, "securitySchemes": _SCHEMES},
+        "components": {
+            "schemas": {"Error": api_docs.ERROR_SCHEMA},
+            "securitySchemes": _SCHEMES,
+        },
     }
 
 
-_BODY = orjson.dumps(document())
+def serving(versioned: Table, unversioned: Table) -> Handler:
+    """The handler of GET /openapi.json, for the document of these tables (made once)."""
+    body = orjson.dumps(document(versioned, unversioned))
 
+    async def openapi(request: web.Request) -> web.Response:
+        return web.Response(body=body, content_type="application/json")
 
-async def openapi(request: web.Request) -> web.Response:
-    """GET /openapi.json"""
-    return web.Response(body=_BODY, content_type="application/json")
+    return openapi

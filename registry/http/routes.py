@@ -1,10 +1,15 @@
-"""The route table, served under `/eureka/` and `/eureka/v2/` (and `/eureka/v1/`, harmlessly),
-each path with and without a trailing slash, as JAX-RS clients expect (contract 1)."""
+"""The route table: every route's handler, plane, rate limit and documentation, in one place.
+
+Served under `/eureka/` and `/eureka/v2/` (and `/eureka/v1/`, harmlessly), each path with and
+without a trailing slash, as JAX-RS clients expect (contract 1). Auth (the plane's guard),
+throttling and `/openapi.json` all read it.
+"""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from aiohttp import web
 from aiohttp.typedefs import Handler
@@ -13,6 +18,7 @@ from registry import metrics
 from registry.appkeys import CLOCK, LIMITER, REGISTRY, REQUESTS, SETTINGS
 from registry.http import (
     admin_api,
+    api_docs,
     client_api,
     discovery_api,
     openapi,
@@ -21,7 +27,7 @@ from registry.http import (
     status_page,
     watch_api,
 )
-from registry.http.auth import Credentials, from_this_site, guard, plane
+from registry.http.auth import Credentials, Plane, from_this_site, guard
 from registry.http.error_handling import json_errors, method_not_allowed, no_such_endpoint
 from registry.http.throttle import limited
 from registry.request_stats import timed
@@ -29,97 +35,157 @@ from registry.request_stats import timed
 PREFIXES = ("/eureka", "/eureka/v2", "/eureka/v1")
 
 
-def routes(app: web.Application) -> dict[str, dict[str, Handler]]:
-    """Path under the prefix -> {method: handler}.
+@dataclass(frozen=True, kw_only=True)
+class Route:
+    """One method of one path: what answers it, who may call it, and what it does.
 
-    aiohttp tries the resources under one prefix in this order, so the heartbeat's path comes
-    first; `apps/delta` comes before `apps/{app}` so it wins for GET (case-sensitively, as in
-    JAX-RS). App names are upper-cased by the handlers.
+    `plane` has no default: a route that does not say who may call it fails at start-up rather
+    than falling to a plane by accident. `build` makes a handler from the application's parts
+    once, where a hot path should not look them up per request. `limited`: a registry fetch,
+    under the per-client fetch rate limit (`fetch_rate_limit`).
     """
-    return {
-        "/apps/{app}/{id}": {
-            "PUT": client_api.heartbeat_handler(app[REGISTRY], app[CLOCK]),
-            "DELETE": client_api.cancel,
-            "GET": discovery_api.instance,
-        },
-        "/apps": {"GET": discovery_api.full_registry},
-        # An application may be called DELTA: its registrations still reach register.
-        "/apps/{app:delta}": {"GET": discovery_api.delta, "POST": client_api.register},
-        "/apps/{app}": {"POST": client_api.register, "GET": discovery_api.application},
-        "/apps/{app}/{id}/status": {
-            "PUT": admin_api.set_status_override,
-            "DELETE": admin_api.delete_status_override,
-        },
-        "/apps/{app}/{id}/status/explain": {"GET": admin_api.explain},
-        "/apps/{app}/{id}/metadata": {"PUT": admin_api.update_metadata},
-        "/instances/{id}": {"GET": discovery_api.instance_by_id},
-        "/vips/{vip}": {"GET": discovery_api.vip},
-        "/svips/{vip}": {"GET": discovery_api.secure_vip},
-        "/status": {"GET": server_info.status},
-        "/overrides": {"GET": admin_api.overrides},
-        "/overrides/history": {"GET": admin_api.override_history},
-        "/watch": {"GET": watch_api.watch},
-        "/peerreplication/batch": {"POST": peer_api.batch},
-        "/peerreplication/digest": {"GET": peer_api.digests},
-    }
+
+    plane: Plane
+    doc: api_docs.Operation
+    handler: Handler | None = None
+    build: Callable[[web.Application], Handler] | None = None
+    limited: bool = False
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.plane, Plane):
+            raise TypeError(f"a route's plane must be a Plane, not {self.plane!r}")
+        if (self.handler is None) == (self.build is None):
+            raise TypeError("a route has a handler or a way to build one, not both or neither")
+        if not self.doc.get("summary") or not self.doc.get("responses"):
+            raise TypeError("a route's documentation needs a summary and its responses")
+
+    def made(self, app: web.Application) -> Handler:
+        if self.build is not None:
+            return self.build(app)
+        assert self.handler is not None  # one of the two, by __post_init__
+        return self.handler
 
 
-# Netflix serves the override dump outside the versioned API.
-UNVERSIONED: dict[str, dict[str, Handler]] = {
-    "/eureka/serverinfo/statusoverrides": {"GET": admin_api.status_overrides},
-    "/healthz": {"GET": server_info.healthz},
-    "/readyz": {"GET": server_info.readyz},
-    "/openapi.json": {"GET": openapi.openapi},
-    "/metrics": {"GET": metrics.metrics},
-    "/": {"GET": status_page.page},
-    "/page/{name}": {"GET": status_page.asset},
+def _heartbeat(app: web.Application) -> Handler:
+    return client_api.heartbeat_handler(app[REGISTRY], app[CLOCK])
+
+
+def _openapi(app: web.Application) -> Handler:
+    return openapi.serving(VERSIONED, UNVERSIONED)
+
+
+_C, _A, _P, _O = Plane.CLIENT, Plane.ADMIN, Plane.PEER, Plane.OPEN
+
+# Paths under each prefix -> {method: route}. aiohttp tries the resources under one prefix in
+# this order, so the heartbeat's path comes first; `apps/delta` comes before `apps/{app}` so it
+# wins for GET (case-sensitively, as in JAX-RS). App names are upper-cased by the handlers.
+VERSIONED: dict[str, dict[str, Route]] = {
+    "/apps/{app}/{id}": {
+        "PUT": Route(plane=_C, doc=api_docs.HEARTBEAT, build=_heartbeat),
+        "DELETE": Route(plane=_C, doc=api_docs.CANCEL, handler=client_api.cancel),
+        "GET": Route(plane=_C, doc=api_docs.INSTANCE, handler=discovery_api.instance),
+    },
+    "/apps": {
+        "GET": Route(plane=_C, doc=api_docs.FULL, handler=discovery_api.full_registry, limited=True)
+    },
+    # An application may be called DELTA: its registrations still reach register.
+    "/apps/{app:delta}": {
+        "GET": Route(plane=_C, doc=api_docs.DELTA, handler=discovery_api.delta, limited=True),
+        "POST": Route(plane=_C, doc=api_docs.REGISTER_DELTA, handler=client_api.register),
+    },
+    "/apps/{app}": {
+        "POST": Route(plane=_C, doc=api_docs.REGISTER, handler=client_api.register),
+        "GET": Route(
+            plane=_C, doc=api_docs.APPLICATION, handler=discovery_api.application, limited=True
+        ),
+    },
+    "/apps/{app}/{id}/status": {
+        "PUT": Route(plane=_A, doc=api_docs.SET_OVERRIDE, handler=admin_api.set_status_override),
+        "DELETE": Route(
+            plane=_A, doc=api_docs.DELETE_OVERRIDE, handler=admin_api.delete_status_override
+        ),
+    },
+    "/apps/{app}/{id}/status/explain": {
+        "GET": Route(plane=_A, doc=api_docs.EXPLAIN, handler=admin_api.explain)
+    },
+    "/apps/{app}/{id}/metadata": {
+        "PUT": Route(plane=_A, doc=api_docs.METADATA, handler=admin_api.update_metadata)
+    },
+    "/instances/{id}": {
+        "GET": Route(plane=_C, doc=api_docs.INSTANCE_BY_ID, handler=discovery_api.instance_by_id)
+    },
+    "/vips/{vip}": {
+        "GET": Route(plane=_C, doc=api_docs.VIPS, handler=discovery_api.vip, limited=True)
+    },
+    "/svips/{vip}": {
+        "GET": Route(
+            plane=_C, doc=api_docs.SECURE_VIPS, handler=discovery_api.secure_vip, limited=True
+        )
+    },
+    "/status": {"GET": Route(plane=_C, doc=api_docs.STATUS, handler=server_info.status)},
+    "/overrides": {"GET": Route(plane=_A, doc=api_docs.OVERRIDES, handler=admin_api.overrides)},
+    "/overrides/history": {
+        "GET": Route(plane=_A, doc=api_docs.OVERRIDE_HISTORY, handler=admin_api.override_history)
+    },
+    "/watch": {"GET": Route(plane=_C, doc=api_docs.WATCH, handler=watch_api.watch)},
+    "/peerreplication/batch": {
+        "POST": Route(plane=_P, doc=api_docs.PEER_BATCH, handler=peer_api.batch)
+    },
+    "/peerreplication/digest": {
+        "GET": Route(plane=_P, doc=api_docs.PEER_DIGEST, handler=peer_api.digests)
+    },
 }
 
-
-# Registry fetches: rate-limited per client when `fetch_rate_limit` is set (GET and HEAD).
-FETCHES = frozenset({"/apps", "/apps/{app:delta}", "/apps/{app}", "/vips/{vip}", "/svips/{vip}"})
+# Outside the versioned API: Netflix serves the override dump there; probes, documents, pages.
+UNVERSIONED: dict[str, dict[str, Route]] = {
+    "/eureka/serverinfo/statusoverrides": {
+        "GET": Route(plane=_A, doc=api_docs.STATUS_OVERRIDES, handler=admin_api.status_overrides)
+    },
+    "/healthz": {"GET": Route(plane=_O, doc=api_docs.HEALTHZ, handler=server_info.healthz)},
+    "/readyz": {"GET": Route(plane=_O, doc=api_docs.READYZ, handler=server_info.readyz)},
+    "/openapi.json": {"GET": Route(plane=_O, doc=api_docs.OPENAPI, build=_openapi)},
+    "/metrics": {"GET": Route(plane=_C, doc=api_docs.METRICS, handler=metrics.metrics)},
+    "/": {"GET": Route(plane=_C, doc=api_docs.PAGE, handler=status_page.page)},
+    "/page/{name}": {"GET": Route(plane=_C, doc=api_docs.PAGE_ASSET, handler=status_page.asset)},
+}
 
 
 def add_routes(app: web.Application) -> None:
     settings = app[SETTINGS]
     credentials = Credentials(settings) if settings.secured else None
 
-    def wrap(handler: Handler, method: str, path: str, endpoint: str) -> Handler:
-        """`handler` for `method` on `path` (as the tables name it), wrapped innermost first in:
-        errors as JSON, the fetch rate limit, the plane's guard, the browser checks, and the
-        request metrics (counted under `endpoint`)."""
-        answered = json_errors(handler, app[REGISTRY])
+    def wrap(route: Route, endpoint: str, method: str) -> Handler:
+        """`route`'s handler for `method`, wrapped innermost first in: the fetch rate limit,
+        the plane's guard, the browser checks, errors as JSON (outermost, so that the guards'
+        refusals are answered as every error is), and the request metrics (counted under
+        `endpoint`)."""
+        answered = route.made(app)
         limiter = app[LIMITER]
-        if limiter is not None and path in FETCHES and method in ("GET", "HEAD"):
+        if limiter is not None and route.limited and method in ("GET", "HEAD"):
             answered = limited(answered, limiter, app[CLOCK])
         if credentials is not None:  # no credentials, no guard: it costs nothing
-            answered = guard(answered, plane(path), credentials)
+            answered = guard(answered, route.plane, credentials)
         answered = from_this_site(answered, settings)
+        answered = json_errors(answered, app[REGISTRY])
         return timed(answered, app[REQUESTS], endpoint, method)
 
-    table = routes(app)
     for prefix in PREFIXES:
-        for path, methods in table.items():
+        for path, methods in VERSIONED.items():
             # aiohttp's default segment pattern refuses braces; ids may contain them.
             pattern = prefix + re.sub(r"\{(\w+)\}", r"{\1:[^/]+}", path)
-            _add(app, pattern, methods, wrap, path, "/eureka" + path)
+            _add(app, pattern, methods, wrap, "/eureka" + path)
     for path, methods in UNVERSIONED.items():
-        _add(app, path, methods, wrap, path, path)
+        _add(app, path, methods, wrap, path)
     # Counted too, so probing shows in /metrics: endpoint "none", and method "*" on a 405.
     unmatched = timed(json_errors(no_such_endpoint, app[REGISTRY]), app[REQUESTS], "none", "*")
     app.router.add_route("*", "/{tail:.*}", unmatched)
 
 
-Wrap = Callable[[Handler, str, str, str], Handler]
+Wrap = Callable[[Route, str, str], Handler]
 
 
 def _add(
-    app: web.Application,
-    pattern: str,
-    methods: dict[str, Handler],
-    wrap: Wrap,
-    path: str,
-    endpoint: str,
+    app: web.Application, pattern: str, methods: dict[str, Route], wrap: Wrap, endpoint: str
 ) -> None:
     """The resource at `pattern`, with and without a trailing slash: its handlers (GET answering
     HEAD too) and a JSON 405 for other methods."""
@@ -128,6 +194,6 @@ def _add(
     refused = json_errors(method_not_allowed(list(methods)), app[REGISTRY])
     for variant in dict.fromkeys((pattern, pattern.rstrip("/") + "/")):  # "/" only once
         resource = app.router.add_resource(variant)
-        for method, handler in methods.items():
-            resource.add_route(method, wrap(handler, method, path, endpoint))
+        for method, route in methods.items():
+            resource.add_route(method, wrap(route, endpoint, method))
         resource.add_route("*", timed(refused, app[REQUESTS], endpoint, "*"))

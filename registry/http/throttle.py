@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import functools
 
-from aiohttp import hdrs, web
+from aiohttp import web
 from aiohttp.typedefs import Handler
 
 from registry.clock import Clock
-from registry.http.error_handling import error_response
+from registry.errors import TooManyRequests
 from registry.ratelimit import FetchLimiter, client_key, retry_after
 
 
@@ -18,14 +18,11 @@ def limited(handler: Handler, limiter: FetchLimiter, clock: Clock) -> Handler:
         key = client_key(request.remote)
         wait = limiter.wait(key, clock.monotonic())
         if wait:
-            response = error_response(
-                429,
-                "too_many_requests",
+            raise TooManyRequests(
                 f"{key} fetches more than {limiter.rate:g} times a second "
                 f"(bursts of {limiter.burst}); retry after {wait:.1f} s",
+                retry_after=retry_after(wait),
             )
-            response.headers[hdrs.RETRY_AFTER] = retry_after(wait)
-            return response
         return await handler(request)
 
     return wrapper

@@ -1,0 +1,215 @@
+"""What each operation of the HTTP API does, answers and takes, in OpenAPI 3.1 terms.
+
+The route table (routes.py) names one of these for every route it has, beside its handler
+and plane; openapi.py puts them together into `/openapi.json`. Instance documents follow
+Eureka's wire format (JSON wrapped as {"instance": ...}, or XML); they are described by
+reference to it rather than field by field.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+Operation = dict[str, Any]
+
+ERROR_SCHEMA = {
+    "type": "object",
+    "required": ["error", "detail"],
+    "properties": {
+        "error": {"type": "string", "examples": ["bad_input"]},
+        "detail": {"type": "string"},
+        "field": {"type": "string", "description": "the input at fault, for validation errors"},
+    },
+}
+_EUREKA_DOC = {
+    "description": "A document in Eureka's wire format: JSON when Accept mentions json, XML "
+    "otherwise; gzip when Accept-Encoding asks for it.",
+    "content": {"application/json": {}, "application/xml": {}},
+}
+_JSON_DOC = {"description": "A JSON document.", "content": {"application/json": {}}}
+_NO_BODY = {"description": "Done; no body."}
+
+
+def _error(description: str) -> dict[str, Any]:
+    return {
+        "description": description,
+        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
+    }
+
+
+def _param(where: str, name: str, description: str, *, required: bool) -> dict[str, Any]:
+    return {
+        "name": name,
+        "in": where,
+        "required": required,
+        "schema": {"type": "string"},
+        "description": description,
+    }
+
+
+def _path(name: str, description: str) -> dict[str, Any]:
+    return _param("path", name, description, required=True)
+
+
+def _query(name: str, description: str, *, required: bool = False) -> dict[str, Any]:
+    return _param("query", name, description, required=required)
+
+
+APP = _path("app", "application name (case-insensitive)")
+ID = _path("id", "instance id")
+VIP = _path("vip", "VIP address (one name of a comma-separated list)")
+LAST_DIRTY = _query("lastDirtyTimestamp", "the client's lastDirtyTimestamp (epoch ms)")
+REPLICATION = _param(
+    "header",
+    "x-netflix-discovery-replication",
+    "the call comes from a peer node (true)",
+    required=False,
+)
+NOT_FOUND = _error("No such instance or application.")
+BAD = _error("Bad input; nothing changed.")
+NOT_SYNCED = _error("Reads are not served yet (copying the registry from peers).")
+STORE_503 = _error("In force in memory, but not yet written to disk.")
+EXPIRED = _error("The index is not one this node can go on from: fetch apps in full.")
+INSTANCE_BODY = {
+    "required": True,
+    "description": 'An instance in Eureka\'s wire format: {"instance": {...}} or <instance>.',
+    "content": {"application/json": {}, "application/xml": {}},
+}
+
+
+def _op(summary: str, responses: dict[str, Any], **extra: Any) -> Operation:
+    return {"summary": summary, "responses": responses, **extra}
+
+
+NAME = _path("name", "status.js or status.css")
+# What a guard around an operation may answer instead of it.
+REFUSED = {
+    "401": _error("No credential, or one this node does not know."),
+    "403": _error("A credential of another plane."),
+}
+THROTTLED = {"429": _error("Fetching faster than this client's bucket allows; see Retry-After.")}
+# The parameters a path's {placeholders} take, by name.
+PATH_PARAMETERS = {"app": APP, "id": ID, "vip": VIP, "name": NAME}
+
+HEARTBEAT = _op(
+    "Heartbeat: renew the lease",
+    {
+        "200": _NO_BODY,
+        "404": NOT_FOUND,
+        "409": _EUREKA_DOC
+        | {"description": "A peer holds older data: here is ours (replication only)."},
+    },
+    parameters=[
+        LAST_DIRTY,
+        _query("overriddenstatus", "the caller's override"),
+        _query("status", "ignored, as in Eureka"),
+        REPLICATION,
+    ],
+)
+CANCEL = _op("Cancel: deregister", {"200": _NO_BODY, "404": NOT_FOUND}, parameters=[REPLICATION])
+INSTANCE = _op("One instance", {"200": _EUREKA_DOC, "404": NOT_FOUND})
+FULL = _op("The full registry", {"200": _EUREKA_DOC, "403": NOT_SYNCED})
+REGISTER_DELTA = _op(
+    "Register an instance of an application named DELTA",
+    {"204": _NO_BODY, "400": BAD},
+    requestBody=INSTANCE_BODY,
+    parameters=[REPLICATION],
+)
+DELTA = _op(
+    "Recent changes; with index, the changes after it, held with wait (long-poll)",
+    {"200": _EUREKA_DOC, "400": BAD, "403": NOT_SYNCED, "410": EXPIRED},
+    parameters=[
+        _query("index", "give the changes after this registry index"),
+        _query("epoch", "the epoch the index belongs to (X-Registry-Epoch)"),
+        _query("wait", "hold until a change, at most this long: 500ms, 30s, 2m"),
+    ],
+)
+REGISTER = _op(
+    "Register (or re-register) an instance",
+    {"204": _NO_BODY, "400": BAD, "415": _error("A body format that is not read.")},
+    requestBody=INSTANCE_BODY,
+    parameters=[REPLICATION],
+)
+APPLICATION = _op("One application", {"200": _EUREKA_DOC, "403": NOT_SYNCED, "404": NOT_FOUND})
+SET_OVERRIDE = _op(
+    "Set an admin status override; on disk before the answer",
+    {"200": _NO_BODY, "400": BAD, "404": NOT_FOUND, "503": STORE_503},
+    parameters=[
+        _query("value", "the status to force", required=True),
+        _query("reason", "why, in the admin's words"),
+        _query("expires", "until when: 30m, 8h, 7d or an ISO 8601 time"),
+        LAST_DIRTY,
+        REPLICATION,
+    ],
+)
+DELETE_OVERRIDE = _op(
+    "Remove the override, leaving status value (default UNKNOWN)",
+    {"200": _NO_BODY, "400": BAD, "404": NOT_FOUND, "503": STORE_503},
+    parameters=[_query("value", "the status to leave"), LAST_DIRTY, REPLICATION],
+)
+EXPLAIN = _op(
+    "Which rule of the chain (or admin action) decided the status, and its inputs",
+    {"200": _JSON_DOC, "404": NOT_FOUND},
+)
+METADATA = _op(
+    "Merge metadata (every query parameter is an entry)",
+    {"200": _NO_BODY, "400": BAD, "404": NOT_FOUND},
+)
+INSTANCE_BY_ID = _op(
+    "One instance, in whichever application", {"200": _EUREKA_DOC, "404": NOT_FOUND}
+)
+VIPS = _op("Instances by VIP address", {"200": _EUREKA_DOC, "403": NOT_SYNCED})
+SECURE_VIPS = _op("Instances by secure VIP address", {"200": _EUREKA_DOC, "403": NOT_SYNCED})
+STATUS = _op("Server statistics, peers, self-preservation, store", {"200": _EUREKA_DOC})
+OVERRIDES = _op("Overrides in force, with reason, time set and expiry", {"200": _JSON_DOC})
+OVERRIDE_HISTORY = _op(
+    "Overrides set, deleted, cancelled and expired, oldest first",
+    {
+        "200": _JSON_DOC,
+        "400": BAD,
+        "403": _error("The store is off."),
+        "503": _error("The store cannot be read now."),
+    },
+    parameters=[_query("since", "from this time (epoch ms)")],
+)
+WATCH = _op(
+    "Changes as Server-Sent Events (ADDED, MODIFIED, DELETED, reset)",
+    {
+        "200": {"description": "An event stream.", "content": {"text/event-stream": {}}},
+        "400": BAD,
+        "403": NOT_SYNCED,
+    },
+    parameters=[
+        _param("header", "Last-Event-ID", "resume after index@epoch", required=False),
+        _query("index", "resume after this registry index"),
+        _query("epoch", "the epoch of that index"),
+    ],
+)
+PEER_BATCH = _op(
+    "A peer's changes, answered item by item (Eureka's batch format)",
+    {"200": _JSON_DOC, "400": BAD},
+    requestBody={"required": True, "content": {"application/json": {}}},
+)
+PEER_DIGEST = _op("Per-application digests, for anti-entropy", {"200": _JSON_DOC})
+STATUS_OVERRIDES = _op("Overrides in force, id -> status (as Netflix's server)", {"200": _JSON_DOC})
+HEALTHZ = _op("The process is alive", {"200": _JSON_DOC})
+READYZ = _op(
+    "Ready: reads served and the store writing",
+    {"200": _JSON_DOC, "503": _JSON_DOC | {"description": "Not ready, with the reasons."}},
+)
+OPENAPI = _op("This document", {"200": _JSON_DOC})
+METRICS = _op(
+    "Metrics in Prometheus' text format",
+    {"200": {"description": "Prometheus text.", "content": {"text/plain": {}}}},
+)
+PAGE = _op(
+    "The status page, for people",
+    {"200": {"description": "An HTML page.", "content": {"text/html": {}}}},
+)
+PAGE_ASSET = _op(
+    "The status page's script and style sheet",
+    {
+        "200": {"description": "The file.", "content": {"text/javascript": {}, "text/css": {}}},
+        "404": _error("No such file."),
+    },
+)

@@ -1,0 +1,113 @@
+"""The route table: every route declares its plane and documentation, and what the server
+does (auth, throttling, `/openapi.json`) agrees with it, route by route."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+import pytest
+
+from registry import Settings
+from registry.codec.wire import INDEX_HEADER
+from registry.http import api_docs, client_api
+from registry.http.auth import Plane
+from registry.http.openapi import BASE, described
+from registry.http.routes import UNVERSIONED, VERSIONED, Route
+from tests.http.test_auth import AS_ADMIN, AS_CLIENT, AS_PEER, SECURED
+
+SAMPLES = {"app": "ORDERS", "id": "i-1", "vip": "orders", "name": "status.js"}
+BURST = 3
+ROUTES = [
+    (BASE + path, method, route)
+    for path, methods in VERSIONED.items()
+    for method, route in methods.items()
+] + [
+    (path, method, route)
+    for path, methods in UNVERSIONED.items()
+    for method, route in methods.items()
+]
+
+
+def url(path: str) -> str:
+    """A route's path with a sample value for each of its {placeholders}."""
+    return re.sub(r"\{(\w+)\}", lambda m: SAMPLES[m.group(1)], described(path))
+
+
+@pytest.fixture
+def settings() -> Settings:
+    return dataclasses.replace(SECURED, fetch_rate_limit=0.001, fetch_burst=BURST)
+
+
+def test_every_route_declares_a_plane_and_its_documentation():
+    for path, method, route in ROUTES:
+        assert isinstance(route.plane, Plane), (method, path)
+        assert route.doc["summary"] and route.doc["responses"], (method, path)
+
+
+@pytest.mark.parametrize(
+    "missing",
+    [
+        {"doc": api_docs.CANCEL, "handler": client_api.cancel},  # no plane
+        {"plane": "client", "doc": api_docs.CANCEL, "handler": client_api.cancel},
+        {"plane": Plane.CLIENT, "doc": {"summary": "x"}, "handler": client_api.cancel},
+        {"plane": Plane.CLIENT, "doc": api_docs.CANCEL},  # no handler
+    ],
+)
+def test_a_route_that_does_not_say_enough_fails_when_the_table_is_made(missing):
+    with pytest.raises(TypeError):
+        Route(**missing)
+
+
+async def test_the_served_document_names_each_routes_plane_and_refusals(client):
+    paths = (await (await client.get("/openapi.json")).json())["paths"]
+    for path, method, route in ROUTES:
+        operation = paths[described(path)][method.lower()]
+        assert route.plane.name.lower() == operation["x-plane"], (method, path)
+        assert (route.plane is not Plane.OPEN) == ("401" in operation["responses"])
+        assert route.limited == ("429" in operation["responses"]), (method, path)
+
+
+@pytest.mark.parametrize(
+    ("path", "method", "route"), ROUTES, ids=[f"{m} {p}" for p, m, _ in ROUTES]
+)
+async def test_each_route_is_guarded_as_its_plane_says(client, path, method, route):
+    """No credential: 401 everywhere but on the open plane, answered by the one error table
+    (a JSON body and the index headers). Another plane's credential: 403."""
+    answered = await client.request(method, url(path))
+    if route.plane is Plane.OPEN:
+        assert answered.status not in (401, 403)
+        return
+    assert 401 == answered.status
+    assert "unauthorized" == (await answered.json())["error"]
+    assert INDEX_HEADER in answered.headers
+    other = {Plane.CLIENT: None, Plane.ADMIN: AS_CLIENT, Plane.PEER: AS_ADMIN}[route.plane]
+    if other is not None:
+        refused = await client.request(method, url(path), headers=other)
+        assert 403 == refused.status
+        assert INDEX_HEADER in refused.headers
+
+
+async def test_exactly_the_routes_marked_limited_are_throttled(client):
+    """One client's bucket, emptied by one fetch route: every route marked limited then
+    answers 429 (with Retry-After, through the error table), and no other GET does."""
+    for _ in range(BURST):
+        assert 200 == (await client.get(BASE + "/apps", headers=AS_CLIENT)).status
+    for path, method, route in ROUTES:
+        if method != "GET":
+            continue
+        credential = {Plane.ADMIN: AS_ADMIN, Plane.PEER: AS_PEER}.get(route.plane, AS_CLIENT)
+        answered = await client.get(url(path), headers=credential)
+        assert route.limited == (answered.status == 429), (path, answered.status)
+        if route.limited:
+            assert "Retry-After" in answered.headers and INDEX_HEADER in answered.headers
+
+
+async def test_a_body_over_the_limit_is_a_413_from_the_error_table(aiohttp_client, clock):
+    from registry import create_app
+
+    client = await aiohttp_client(create_app(Settings(max_body_bytes=1024), clock=clock))
+    answered = await client.post(BASE + "/apps/ORDERS", data=b"{" + b" " * 2048 + b"}")
+    assert 413 == answered.status
+    assert "body_too_large" == (await answered.json())["error"]
+    assert INDEX_HEADER in answered.headers
