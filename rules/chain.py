@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import NamedTuple
 
 from rules.rules import always_match, down_or_starting, lease_exists, override_exists
@@ -16,6 +16,35 @@ Rule = Callable[
 CHAIN: tuple[Rule, ...] = (down_or_starting, override_exists, lease_exists, always_match)
 
 
+def answers(
+    chain: Sequence[Rule],
+    claimed: InstanceStatus,
+    override: InstanceStatus | None,
+    existing: InstanceStatus | None,
+    is_replication: bool,
+) -> Iterator[tuple[Rule, InstanceStatus | None]]:
+    """Each rule of `chain` with its answer, in order, up to the first that answers: the one
+    loop over the chain that deciding, and explaining a decision, both read."""
+    for rule in chain:
+        status = rule(claimed, override, existing, is_replication)
+        yield rule, status
+        if status is not None:
+            return
+
+
+def _first(
+    chain: Sequence[Rule],
+    claimed: InstanceStatus,
+    override: InstanceStatus | None,
+    existing: InstanceStatus | None,
+    is_replication: bool,
+) -> tuple[Rule, InstanceStatus]:
+    for rule, status in answers(chain, claimed, override, existing, is_replication):
+        if status is not None:
+            return rule, status
+    raise LookupError("no rule matched: a chain must end with always_match")
+
+
 def first_match(
     chain: Sequence[Rule],
     claimed: InstanceStatus,
@@ -24,11 +53,7 @@ def first_match(
     is_replication: bool,
 ) -> InstanceStatus:
     """The status decided by the first rule of `chain` that answers."""
-    for rule in chain:
-        status = rule(claimed, override, existing, is_replication)
-        if status is not None:
-            return status
-    raise LookupError("no rule matched: a chain must end with always_match")
+    return _first(chain, claimed, override, existing, is_replication)[1]
 
 
 NAMES: dict[Rule, str] = {
@@ -66,23 +91,17 @@ def decide(
     is_replication: bool,
 ) -> tuple[InstanceStatus, Decision]:
     """`first_match`, and which rule answered with what inputs."""
-    for rule in chain:
-        status = rule(claimed, override, existing, is_replication)
-        if status is not None:
-            return status, interned(
-                Decision(NAMES[rule], claimed, override, existing, is_replication)
-            )
-    raise LookupError("no rule matched: a chain must end with always_match")
+    rule, status = _first(chain, claimed, override, existing, is_replication)
+    return status, interned(Decision(NAMES[rule], claimed, override, existing, is_replication))
 
 
 def trace(chain: Sequence[Rule], decision: Decision) -> list[tuple[str, InstanceStatus | None]]:
     """Each rule's answer to a decision's inputs, in order, up to the one that answered."""
-    answers: list[tuple[str, InstanceStatus | None]] = []
-    if decision.claimed is None:
-        return answers
-    for rule in chain:
-        status = rule(decision.claimed, decision.override, decision.existing, decision.replication)
-        answers.append((NAMES[rule], status))
-        if status is not None:
-            break
-    return answers
+    if decision.claimed is None:  # an admin's action, not the chain, set the status
+        return []
+    return [
+        (NAMES[rule], status)
+        for rule, status in answers(
+            chain, decision.claimed, decision.override, decision.existing, decision.replication
+        )
+    ]

@@ -1,8 +1,12 @@
-"""Bodies and calls shared by the HTTP tests."""
+"""Bodies, calls and waits shared by the tests."""
 
 from __future__ import annotations
 
-from typing import Any
+import asyncio
+import inspect
+import socket
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 import orjson
 from aiohttp.test_utils import TestClient
@@ -57,3 +61,46 @@ async def fetch_json(client: TestClient, path: str) -> Any:
 
 def registry_of(client: TestClient) -> Registry:
     return client.app[REGISTRY]  # type: ignore[index]
+
+
+T = TypeVar("T")
+POLL = 0.02  # seconds between looks, while waiting for something real (a network round trip)
+
+
+def free_port() -> int:
+    """A loopback port nothing listens on now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def free_ports(count: int) -> list[int]:
+    """`count` distinct loopback ports nothing listens on now."""
+    ports: list[int] = []
+    while len(ports) < count:
+        port = free_port()
+        if port not in ports:
+            ports.append(port)
+    return ports
+
+
+async def eventually(
+    probe: Callable[[], T | Awaitable[T]],
+    accept: Callable[[T], object] = bool,
+    *,
+    timeout: float = 10.0,
+    what: str = "the condition",
+) -> T:
+    """Call `probe` (plain or async) until `accept` holds for what it returns; that value, or
+    AssertionError naming `what`. For waiting on real processes and round trips; time on a
+    registry's clock is moved by the test, never waited for."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        value = probe()
+        if inspect.isawaitable(value):
+            value = await value
+        if accept(value):  # type: ignore[arg-type]
+            return value  # type: ignore[return-value]
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"{what}: not true within {timeout} s; last value: {value!r}")
+        await asyncio.sleep(POLL)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
-import socket
 import sqlite3
 import sys
 
@@ -13,17 +12,12 @@ import aiohttp
 import pytest
 
 from registry.store import schema
+from tests.helpers import free_port
 
 POLL = 0.05
 TIMEOUT = 20.0
 
 pytestmark = pytest.mark.slow
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 async def start(*args: str, env: dict[str, str] | None = None) -> asyncio.subprocess.Process:

@@ -18,8 +18,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from tests.bench.processes import free_port
-from tests.helpers import instance_doc
+from tests.helpers import free_port, instance_doc
 
 pytestmark = pytest.mark.slow
 

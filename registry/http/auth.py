@@ -31,8 +31,8 @@ from aiohttp import hdrs, web
 from aiohttp.typedefs import Handler
 
 from registry.appkeys import SETTINGS
-from registry.codec.wire import REPLICATION_HEADER
 from registry.errors import Forbidden, Unauthorized
+from registry.http.params import is_replication
 from registry.settings import Settings, is_loopback
 
 REALM = "service-registry"
@@ -179,7 +179,7 @@ def guard(handler: Handler, on: Plane, credentials: Credentials) -> Handler:
     @functools.wraps(handler)
     async def wrapper(request: web.Request) -> web.StreamResponse:
         needed = on
-        if request.headers.get(REPLICATION_HEADER) == "true":
+        if is_replication(request):
             needed = Plane.PEER  # only a peer may have its call applied as a replication
         roles, user = credentials.check(request.headers.get(hdrs.AUTHORIZATION))
         if roles & needed.value and user is not None:  # a user name comes with any role

@@ -8,11 +8,10 @@ from msgspec.structs import replace
 
 from registry.appkeys import CLOCK, REGISTRY
 from registry.clock import Clock
-from registry.codec import encode_instance, instance_from_wire, wire
+from registry.codec import instance_from_wire, wire
 from registry.core import Registry
-from registry.errors import StaleReplica
 from registry.http import auth, params
-from registry.http.negotiation import payload, read_document, response_format
+from registry.http.negotiation import read_document
 from registry.model import InstanceStatus
 
 
@@ -49,18 +48,14 @@ def heartbeat_handler(registry: Registry, clock: Clock) -> Handler:
             raw = params.query_value(query, "overriddenstatus")
             overridden = wire.status(raw, "overriddenstatus", default=InstanceStatus.UNKNOWN)
         match = request.match_info
-        try:
-            renew(
-                match["app"].upper(),
-                match["id"],
-                now_ms(),
-                replication,
-                params.last_dirty_ms(query),
-                overridden,
-            )
-        except StaleReplica as stale:
-            fmt = response_format(request)
-            return payload(request, fmt, encode_instance(fmt, stale.lease), status=409)
+        renew(  # StaleReplica: the error table answers 409 with our copy
+            match["app"].upper(),
+            match["id"],
+            now_ms(),
+            replication,
+            params.last_dirty_ms(query),
+            overridden,
+        )
         return web.Response()
 
     return heartbeat

@@ -21,8 +21,10 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 
 from registry import errors
+from registry.codec import encode_instance
 from registry.codec.wire import EPOCH_HEADER, INDEX_HEADER
 from registry.core import Registry
+from registry.http.negotiation import payload, response_format
 
 log = structlog.get_logger()
 
@@ -65,6 +67,10 @@ def json_errors(handler: Handler, registry: Registry) -> Handler:
     async def wrapper(request: web.Request) -> web.StreamResponse:
         try:
             response = await handler(request)
+        except errors.StaleReplica as stale:
+            # A peer holds older data than ours: the 409 carries our copy, for it to adopt.
+            fmt = response_format(request)
+            response = payload(request, fmt, encode_instance(fmt, stale.lease), status=409)
         except errors.BadInput as exc:
             response = error_response(status_for(exc), exc.code, exc.detail, field=exc.field)
         except errors.RegistryError as exc:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
-import socket
 import sys
 import tempfile
 from collections.abc import AsyncIterator
@@ -17,16 +16,11 @@ import aiohttp
 import orjson
 
 from tests.bench import workloads
+from tests.helpers import free_port
 
 READY_TIMEOUT = 30.0
 POLL = 0.05
 STOP_TIMEOUT = 60.0  # for a stopped server to write what it owes and exit
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass

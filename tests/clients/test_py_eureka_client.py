@@ -20,6 +20,7 @@ from registry import Settings, SystemClock, create_app
 from registry.appkeys import REGISTRY
 from registry.core import Registry
 from registry.errors import UnknownInstance
+from tests.helpers import eventually
 
 AGENT = Path(__file__).with_name("py_eureka_agent.py")
 APP = "PYCLIENT"
@@ -45,14 +46,6 @@ class Agent:
         line = await asyncio.wait_for(self.process.stdout.readline(), TIMEOUT)
         assert line, "the client process ended early"
         return json.loads(line)
-
-
-async def wait_until(predicate, what: str) -> None:
-    deadline = asyncio.get_running_loop().time() + TIMEOUT
-    while not predicate():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"timed out waiting until {what}")
-        await asyncio.sleep(POLL)
 
 
 def status_in(registry: Registry) -> str | None:
@@ -105,7 +98,9 @@ async def test_py_eureka_client_lifecycle(aiohttp_client):
 
         # Heartbeats arrive, and the client's own fetched copy holds its instance.
         first = renewals(registry)
-        await wait_until(lambda: renewals(registry) > first, "a heartbeat arrives")
+        await eventually(
+            lambda: renewals(registry) > first, timeout=TIMEOUT, what="a heartbeat arrives"
+        )
         view = await agent.ask("view")
         assert {APP: {IID: "UP"}} == view["applications"]
 
@@ -113,7 +108,9 @@ async def test_py_eureka_client_lifecycle(aiohttp_client):
         response = await client.put(f"/eureka/apps/{APP}/{IID}/status?value=OUT_OF_SERVICE")
         assert 200 == response.status
         marked = renewals(registry)
-        await wait_until(lambda: renewals(registry) > marked + 1500, "two more heartbeats")
+        await eventually(
+            lambda: renewals(registry) > marked + 1500, timeout=TIMEOUT, what="two more heartbeats"
+        )
         assert "OUT_OF_SERVICE" == status_in(registry)
         assert "registered" == (await agent.ask("register"))["event"]
         assert "OUT_OF_SERVICE" == status_in(registry)
@@ -128,7 +125,9 @@ async def test_py_eureka_client_lifecycle(aiohttp_client):
 
         # Deleting the override: UNKNOWN, a 404 on the next heartbeat, re-registration, UP.
         assert 200 == (await client.delete(f"/eureka/apps/{APP}/{IID}/status")).status
-        await wait_until(lambda: status_in(registry) == "UP", "the client re-registers UP")
+        await eventually(
+            lambda: status_in(registry) == "UP", timeout=TIMEOUT, what="the client re-registers UP"
+        )
         await client_sees("UP")
 
         # Stopping the client cancels its instance.
@@ -148,7 +147,9 @@ async def test_py_eureka_client_with_credentials_in_its_url(aiohttp_client):
         assert "started" == (await agent.answer())["event"]
         assert "UP" == status_in(registry)
         first = renewals(registry)
-        await wait_until(lambda: renewals(registry) > first, "a heartbeat arrives")
+        await eventually(
+            lambda: renewals(registry) > first, timeout=TIMEOUT, what="a heartbeat arrives"
+        )
         assert {APP: {IID: "UP"}} == (await agent.ask("view"))["applications"]
         assert "stopped" == (await agent.ask("stop"))["event"]
         assert None is status_in(registry)

@@ -12,7 +12,7 @@ import contextlib
 import os
 import signal
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -20,8 +20,7 @@ import aiohttp
 import orjson
 import pytest
 
-from tests.bench.processes import free_port
-from tests.helpers import JSON, instance_doc
+from tests.helpers import JSON, eventually, free_ports, instance_doc
 
 pytestmark = pytest.mark.slow
 
@@ -43,35 +42,8 @@ TIMINGS = {
 }
 
 
-def free_ports(count: int) -> list[int]:
-    """`count` distinct loopback ports nothing listens on now."""
-    ports: list[int] = []
-    while len(ports) < count:
-        port = free_port()
-        if port not in ports:
-            ports.append(port)
-    return ports
-
-
 def base_url(port: int) -> str:
     return f"http://127.0.0.1:{port}/eureka/"
-
-
-async def eventually(
-    probe: Callable[[], Awaitable[T]],
-    accept: Callable[[T], object] = bool,
-    *,
-    timeout: float = 10.0,
-) -> T:
-    """Call `probe` until `accept` holds for what it returns; that value, or AssertionError."""
-    deadline = asyncio.get_running_loop().time() + timeout
-    while True:
-        value = await probe()
-        if accept(value):
-            return value
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"not true within {timeout} s; last value: {value!r}")
-        await asyncio.sleep(POLL)
 
 
 class Node:

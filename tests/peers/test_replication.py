@@ -19,21 +19,11 @@ from registry import FakeClock, Settings, create_app
 from registry.appkeys import CLUSTER, READS, REGISTRY
 from registry.core import Registry
 from registry.model import InstanceStatus
-from tests.bench.processes import free_port
-from tests.helpers import instance_doc, register
+from tests.helpers import eventually, free_port, instance_doc, register
 
 AiohttpServer = Callable[[web.Application], Awaitable[TestServer]]
 AiohttpClient = Callable[[web.Application], Awaitable[TestClient]]
 REPLICATION = {"x-netflix-discovery-replication": "true"}
-
-
-async def eventually(check: Callable[[], bool], *, timeout: float = 5.0) -> None:
-    """Wait for real network round trips (not for time to pass on the registry's clock)."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not check():
-        assert loop.time() < deadline, "condition not reached in time"
-        await asyncio.sleep(0.01)
 
 
 @pytest.fixture

@@ -12,12 +12,11 @@ from registry import FakeClock, Settings, create_app
 from registry.appkeys import READS
 from registry.codec.wire import basic_authorization
 from registry.model import InstanceStatus
-from tests.helpers import instance_doc
+from tests.helpers import eventually, instance_doc
 from tests.peers.test_replication import (
     AiohttpClient,
     AiohttpServer,
     dispatcher,
-    eventually,
     has,
     registry,
     replicated,
