@@ -18,8 +18,8 @@ from peers.client import PeerClient, PeerError, PeerSyncing
 from peers.digest import Digests
 from registry.clock import Clock
 from registry.core import Registry
-from registry.gate import ReadGate
 from registry.journal import DeltaJournal
+from registry.lifecycle import Lifecycle
 
 log = structlog.get_logger()
 
@@ -53,7 +53,7 @@ async def anti_entropy_forever(
     journal: DeltaJournal,
     digests: Digests,
     clock: Clock,
-    gate: ReadGate,
+    lifecycle: Lifecycle,
     *,
     interval: float,
 ) -> None:
@@ -70,6 +70,6 @@ async def anti_entropy_forever(
             except Exception:
                 log.exception("anti_entropy_failed", peer=client.url)
                 continue
-            gate.open(f"anti-entropy reached {client.url}")
+            lifecycle.synced(f"anti-entropy reached {client.url}")
             if adopted:
                 log.info("anti_entropy_repaired", peer=client.url, instances=adopted)

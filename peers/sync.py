@@ -17,7 +17,7 @@ from peers import merge
 from peers.client import PeerClient, PeerError, PeerSyncing
 from registry.clock import Clock
 from registry.core import Registry
-from registry.gate import ReadGate
+from registry.lifecycle import Lifecycle, Phase
 
 log = structlog.get_logger()
 
@@ -28,18 +28,19 @@ async def sync_at_start(
     peers: Callable[[], Sequence[PeerClient]],
     registry: Registry,
     clock: Clock,
-    gate: ReadGate,
+    lifecycle: Lifecycle,
     *,
     budget: float,
     empty_window: float,
 ) -> None:
-    """Copy a peer's registry, opening `gate` when done (or when it is no use waiting)."""
+    """Copy a peer's registry, then serve reads (`lifecycle` SYNCING -> SERVING), or when it
+    is no use waiting; ends early when something else (anti-entropy) got there first."""
     started = clock.monotonic()
     pause = 0.5
-    while True:
+    while lifecycle.phase is Phase.SYNCING:
         clients = peers()
         if not clients:
-            gate.open("no peers to copy from")
+            lifecycle.synced("no peers to copy from")
             return
         problems: list[str] = []
         starting = 0
@@ -56,23 +57,27 @@ async def sync_at_start(
                 registry, merge.applications(document), now_ms=clock.wall_ms()
             )
             log.info("peer_sync_done", peer=client.url, instances=copied)
-            gate.open(f"copied {copied} instances from {client.url}")
+            lifecycle.synced(f"copied {copied} instances from {client.url}")
             return
         if starting == len(clients):
-            gate.open("every peer is starting too (a new cluster): nothing to copy")
+            lifecycle.synced("every peer is starting too (a new cluster): nothing to copy")
             return
         elapsed = clock.monotonic() - started
         if elapsed >= budget:
             break
-        gate.close("copying the registry from peers; none reachable yet: " + "; ".join(problems))
+        lifecycle.still_syncing(
+            "copying the registry from peers; none reachable yet: " + "; ".join(problems)
+        )
         await clock.sleep(min(pause, budget - elapsed))
         pause = min(_MAX_PAUSE, pause * 2)
+    if lifecycle.phase is not Phase.SYNCING:
+        return  # anti-entropy reached a peer first
     remaining = empty_window - (clock.monotonic() - started)
     log.warning("peer_sync_failed", problems=problems, reads_closed_for=round(max(remaining, 0)))
     if remaining > 0:
-        gate.close(
+        lifecycle.still_syncing(
             f"no peer could be copied within {budget:g} s ({'; '.join(problems)}); reads "
             f"open when a peer is reached, or in {remaining:.0f} s at the latest"
         )
         await clock.sleep(remaining)
-    gate.open("the empty-sync window ended without a peer")
+    lifecycle.synced("the empty-sync window ended without a peer")

@@ -24,11 +24,11 @@ from registry.appkeys import (
     DIGESTS,
     FEED,
     JOURNAL,
+    LIFECYCLE,
     LIMITER,
     LOOP_LAG,
     NOTES,
     PRESERVATION,
-    READS,
     REGISTRY,
     REQUESTS,
     RESTORED,
@@ -42,9 +42,9 @@ from registry.clock import Clock, SystemClock
 from registry.core import Registry
 from registry.eviction import Evictor
 from registry.feed import KEEPALIVE, ChangeFeed
-from registry.gate import ReadGate
 from registry.http import add_routes
 from registry.journal import DeltaJournal
+from registry.lifecycle import Lifecycle, Phase
 from registry.loop_lag import LoopLag
 from registry.metrics import METRICS, InstanceCounts, collector_registry
 from registry.overrides import Note, OverrideNotes
@@ -113,7 +113,7 @@ def create_app(
     app[NOTES] = OverrideNotes()
     app[METRICS] = collector_registry(app, counts)
     app[STARTED_AT] = clock.monotonic()
-    app[READS] = ReadGate()
+    app[LIFECYCLE] = Lifecycle()
     app[REQUESTS] = RequestStats()
     app[LOOP_LAG] = LoopLag()
     app[LIMITER] = (
@@ -124,8 +124,9 @@ def create_app(
     app[CLUSTER] = Cluster(registry, clock, settings)
     app[DIGESTS] = Digests(registry)
     add_routes(app)
-    app.on_shutdown.append(_end_watches)
-    app.cleanup_ctx.append(_store)  # first: the registry is restored before anything runs
+    app.on_shutdown.append(_drain)
+    app.cleanup_ctx.append(_stopped)  # first, so that it ends last
+    app.cleanup_ctx.append(_store)  # the registry is restored before anything runs
     app.cleanup_ctx.append(_override_expiry)
     app.cleanup_ctx.append(_evictor)
     app.cleanup_ctx.append(_journal_cleaner)
@@ -176,16 +177,26 @@ async def _loop_lag(app: web.Application) -> AsyncIterator[None]:
     app[LOOP_LAG].stop()
 
 
-async def _end_watches(app: web.Application) -> None:
-    """Answer long-polls and end watch streams, so they do not hold up the shutdown."""
-    app[FEED].close()
+async def _drain(app: web.Application) -> None:
+    """The server is shutting down: DRAINING (long-polls and watch streams are ended then, so
+    they do not hold the shutdown up)."""
+    app[LIFECYCLE].move(Phase.DRAINING, "shutting down")
+
+
+async def _stopped(app: web.Application) -> AsyncIterator[None]:
+    """Watches end when draining starts; STOPPED once everything else has stopped."""
+    lifecycle = app[LIFECYCLE]
+    lifecycle.on_enter(Phase.DRAINING, app[FEED].close)
+    yield
+    lifecycle.move(Phase.DRAINING, lifecycle.reason)  # a start that failed drains too
+    lifecycle.move(Phase.STOPPED, "stopped")
 
 
 def _peers(reload: Reload | None) -> Callable[[web.Application], AsyncIterator[None]]:
     async def peers(app: web.Application) -> AsyncIterator[None]:
         """Replication, start-up sync and anti-entropy; SIGHUP reloads the peer list."""
         cluster, settings, clock = app[CLUSTER], app[SETTINGS], app[CLOCK]
-        registry, gate = app[REGISTRY], app[READS]
+        registry, lifecycle = app[REGISTRY], app[LIFECYCLE]
         await cluster.start()
         tasks = [
             asyncio.create_task(
@@ -195,23 +206,25 @@ def _peers(reload: Reload | None) -> Callable[[web.Application], AsyncIterator[N
                     app[JOURNAL],
                     app[DIGESTS],
                     clock,
-                    gate,
+                    lifecycle,
                     interval=settings.anti_entropy_interval,
                 ),
                 name="anti_entropy",
             )
         ]
         if cluster.dispatchers and not app[RESTORED]:  # restored state is served at once
-            gate.close("copying the registry from peers")
+            lifecycle.move(Phase.SYNCING, "copying the registry from peers")
             sync = sync_at_start(
                 cluster.clients,
                 registry,
                 clock,
-                gate,
+                lifecycle,
                 budget=settings.peer_sync_budget,
                 empty_window=settings.peer_sync_empty_window,
             )
             tasks.append(asyncio.create_task(sync, name="peer_sync"))
+        else:
+            lifecycle.move(Phase.SERVING, lifecycle.reason if app[RESTORED] else "serving")
         if reload is not None:
             asyncio.get_running_loop().add_signal_handler(
                 signal.SIGHUP, lambda: tasks.append(asyncio.create_task(_reload(cluster, reload)))
@@ -255,6 +268,7 @@ async def _store(app: web.Application) -> AsyncIterator[None]:
         busy_timeout_ms=int(settings.store_busy_timeout * 1000),
     )
     # Before serving: nothing else allocates meanwhile.
+    app[LIFECYCLE].move(Phase.RESTORING, f"reading {writer.path}")
     with heap.collections_paused(then_freeze=settings.gc_freeze_interval > 0):
         snapshot = await writer.open()  # None: unavailable; degraded until a flush opens it
         if snapshot is not None:
@@ -264,8 +278,9 @@ async def _store(app: web.Application) -> AsyncIterator[None]:
                     Note(o.app, o.status, o.reason, o.set_ms, o.expires_ms, o.set_by),
                 )
             app[RESTORED] = restore(registry, app[JOURNAL], snapshot, now_ms=clock.wall_ms())
-            if app[RESTORED]:
-                app[READS].restored(f"restored {app[RESTORED]} instances from {writer.path}")
+            app[LIFECYCLE].move(
+                Phase.RESTORING, f"restored {app[RESTORED]} instances from {writer.path}"
+            )
     registry.subscribe(writer.on_change)
     retention_ms = int(settings.override_history_retention * 1000)
 

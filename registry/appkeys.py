@@ -11,8 +11,8 @@ from registry.catalog import Catalog
 from registry.clock import Clock
 from registry.core import Registry
 from registry.feed import ChangeFeed
-from registry.gate import ReadGate
 from registry.journal import DeltaJournal
+from registry.lifecycle import Lifecycle
 from registry.loop_lag import LoopLag
 from registry.overrides import OverrideNotes
 from registry.preservation import SelfPreservation
@@ -27,7 +27,7 @@ CACHE = web.AppKey("cache", ResponseCache)
 CATALOG = web.AppKey("catalog", Catalog)  # every application's instances, encoded
 CLOCK = web.AppKey("clock", Clock)
 SETTINGS = web.AppKey("settings", Settings)
-READS = web.AppKey("reads", ReadGate)
+LIFECYCLE = web.AppKey("lifecycle", Lifecycle)  # the phase: starting, ..., serving, ...
 CLUSTER = web.AppKey("cluster", Cluster)
 DIGESTS = web.AppKey("digests", Digests)  # per application, for anti-entropy
 PRESERVATION = web.AppKey("preservation", SelfPreservation)

@@ -73,12 +73,17 @@ async def test_serves_then_stops_on_a_signal(sig):
             process.kill()
             await process.wait()
     assert 0 == process.returncode
-    events = [json.loads(line)["event"] for line in stderr.decode().splitlines()]
+    lines = [json.loads(line) for line in stderr.decode().splitlines()]
+    events = [" ".join(filter(None, (e["event"], e.get("phase")))) for e in lines]
     assert [
         "server_starting",
+        "phase_entered RESTORING",
         "store_migrated",  # a new ./data/registry.db in the test's own directory
         "store_restored",
+        "phase_entered SERVING",
+        "phase_entered DRAINING",  # the signal
         "registry_activity",  # the registration, summed up at shutdown
+        "phase_entered STOPPED",
         "server_stopped",
     ] == events
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from registry import cache, payloads
-from registry.appkeys import CACHE, CATALOG, CLOCK, FEED, JOURNAL, READS, REGISTRY, SETTINGS
+from registry.appkeys import CACHE, CATALOG, CLOCK, FEED, JOURNAL, LIFECYCLE, REGISTRY, SETTINGS
 from registry.codec import encode_instance
 from registry.core import Registry
 from registry.errors import IndexExpired, NotServed, UnknownApplication
@@ -23,7 +23,7 @@ MAX_WAIT = 300.0  # seconds a long-poll is held at most; longer waits are cut to
 
 async def full_registry(request: web.Request) -> web.Response:
     """GET apps"""
-    request.app[READS].check()
+    request.app[LIFECYCLE].check_reads()
     registry, catalog, clock = request.app[REGISTRY], request.app[CATALOG], request.app[CLOCK]
     fmt = response_format(request)
     return await cached_payload(
@@ -38,7 +38,7 @@ async def full_registry(request: web.Request) -> web.Response:
 async def delta(request: web.Request) -> web.Response:
     """GET apps/delta; with `?index=N` the changes after index N only, and with `&wait=30s`
     held until there are some (a long-poll), or answered empty when the wait is over."""
-    request.app[READS].check()
+    request.app[LIFECYCLE].check_reads()
     if request.app[SETTINGS].disable_delta:
         raise NotServed("deltas are disabled on this server; fetch apps/ instead")
     registry, journal, clock = request.app[REGISTRY], request.app[JOURNAL], request.app[CLOCK]
@@ -102,7 +102,7 @@ def forgotten(journal: DeltaJournal, index: int) -> str:
 
 async def application(request: web.Request) -> web.Response:
     """GET apps/{app}"""
-    request.app[READS].check()
+    request.app[LIFECYCLE].check_reads()
     name = params.app_name(request)
     registry, catalog, clock = request.app[REGISTRY], request.app[CATALOG], request.app[CLOCK]
     if not registry.application(name):
@@ -148,7 +148,7 @@ def _instance_payload(request: web.Request, lease: Lease) -> web.Response:
 
 
 async def _vip_payload(request: web.Request, *, secure: bool) -> web.Response:
-    request.app[READS].check()
+    request.app[LIFECYCLE].check_reads()
     address = request.match_info["vip"]
     registry, catalog = request.app[REGISTRY], request.app[CATALOG]
     fmt = response_format(request)

@@ -13,8 +13,8 @@ from aiohttp import web
 from registry.appkeys import (
     CLOCK,
     CLUSTER,
+    LIFECYCLE,
     PRESERVATION,
-    READS,
     REGISTRY,
     STARTED_AT,
     WRITER,
@@ -22,6 +22,7 @@ from registry.appkeys import (
 from registry.codec import Format
 from registry.codec.xml_codec import escape_name
 from registry.http.negotiation import payload, response_format
+from registry.lifecycle import Phase
 
 _MB = 1024 * 1024
 
@@ -33,7 +34,7 @@ async def status(request: web.Request) -> web.Response:
     health = node_health(request.app)
     peers = health["peers"]
     reachable = [p["url"] for p in peers if p["reachable"]]
-    reads = request.app[READS]
+    lifecycle = request.app[LIFECYCLE]
     info: dict[str, Any] = {
         "generalStats": {
             "environment": "default",
@@ -43,8 +44,9 @@ async def status(request: web.Request) -> web.Response:
             "server-uptime": _uptime(uptime),
             "registry-size": str(len(registry)),
             "registry-index": str(registry.index),
-            "serving-reads": "true" if reads.is_open else "false",
-            "reads-reason": reads.reason,
+            "phase": lifecycle.phase.value,
+            "serving-reads": "true" if lifecycle.serves_reads else "false",
+            "reads-reason": lifecycle.reason,
         },
         # Eureka's replica lists (contract 11.6); "available" means answering replication.
         "applicationStats": {
@@ -79,16 +81,16 @@ async def healthz(request: web.Request) -> web.Response:
 
 
 async def readyz(request: web.Request) -> web.Response:
-    """GET /readyz: 200 when this node serves registry reads and its store writes, else 503
-    with every reason, for load balancers and orchestrators to route by."""
+    """GET /readyz: 200 when this node is SERVING and its store writes, else 503 with every
+    reason, for load balancers and orchestrators to route by."""
     reasons = []
-    reads = request.app[READS]
-    if not reads.is_open:
-        reasons.append(f"reads not served: {reads.reason}")
+    lifecycle = request.app[LIFECYCLE]
+    if lifecycle.phase is not Phase.SERVING:
+        reasons.append(f"{lifecycle.phase.value}: {lifecycle.reason}")
     writer = request.app[WRITER]
     if writer is not None and writer.degraded:
         reasons.append(f"store degraded: {writer.last_error}")
-    body = orjson.dumps({"ready": not reasons, "reasons": reasons})
+    body = orjson.dumps({"ready": not reasons, "phase": lifecycle.phase.value, "reasons": reasons})
     return web.Response(body=body, status=503 if reasons else 200, content_type="application/json")
 
 

@@ -19,7 +19,7 @@ from typing import Any
 
 from aiohttp import web
 
-from registry.appkeys import CLOCK, NOTES, READS, REGISTRY
+from registry.appkeys import CLOCK, LIFECYCLE, NOTES, REGISTRY
 from registry.http import auth, server_info
 from registry.http.error_handling import no_such_endpoint
 from registry.model import InstanceStatus, Lease
@@ -147,7 +147,7 @@ def _time(ms: int) -> str:
 
 def _summary(app: web.Application, now_ms: int) -> str:
     """The node's health, as cards: registry, reads, self-preservation, store; then the peers."""
-    registry, reads = app[REGISTRY], app[READS]
+    registry, lifecycle = app[REGISTRY], app[LIFECYCLE]
     health = server_info.node_health(app)
     apps = sum(1 for _ in registry.applications())
     cards = [
@@ -159,9 +159,9 @@ def _summary(app: web.Application, now_ms: int) -> str:
         ),
         _card(
             "Reads",
-            "ok" if reads.is_open else "bad",
-            "served" if reads.is_open else "not served",
-            escape(reads.reason),
+            "ok" if lifecycle.serves_reads else "bad",
+            "served" if lifecycle.serves_reads else "not served",
+            escape(lifecycle.reason),
         ),
         _preservation(health["selfPreservation"]),
         _store(health["store"]),

@@ -21,7 +21,7 @@ from __future__ import annotations
 import orjson
 from aiohttp import hdrs, web
 
-from registry.appkeys import CACHE, CLOCK, FEED, JOURNAL, READS, REGISTRY
+from registry.appkeys import CACHE, CLOCK, FEED, JOURNAL, LIFECYCLE, REGISTRY
 from registry.codec.wire import EPOCH_HEADER, INDEX_HEADER
 from registry.errors import IndexExpired
 from registry.feed import ChangeFeed, sse
@@ -34,7 +34,7 @@ RETRY_MS = 2000  # how long a disconnected EventSource waits before reconnecting
 
 
 async def watch(request: web.Request) -> web.StreamResponse:
-    request.app[READS].check()
+    request.app[LIFECYCLE].check_reads()
     registry, journal, feed = request.app[REGISTRY], request.app[JOURNAL], request.app[FEED]
     if journal.purge(now_ms=request.app[CLOCK].wall_ms()):  # retention is exact, as for deltas
         request.app[CACHE].drop_delta()

@@ -154,7 +154,10 @@ class TestReadiness:
     async def test_ready_until_the_store_degrades_and_again_after(self, client):
         assert 200 == (await client.get("/healthz")).status
         response = await client.get("/readyz")
-        assert (200, {"ready": True, "reasons": []}) == (response.status, await response.json())
+        assert (200, {"ready": True, "phase": "SERVING", "reasons": []}) == (
+            response.status,
+            await response.json(),
+        )
         await register(client)
         writer = client.app[WRITER]
         async with locked(writer.path):
@@ -174,4 +177,5 @@ class TestReadiness:
         response = await client.get("/readyz")
         body = await response.json()
         assert (503, False) == (response.status, body["ready"])
-        assert body["reasons"][0].startswith("reads not served")
+        assert "SYNCING" == body["phase"]
+        assert body["reasons"][0].startswith("SYNCING: copying the registry from peers")

@@ -16,7 +16,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from peers.cluster import Cluster
 from peers.dispatcher import Dispatcher
 from registry import FakeClock, Settings, create_app
-from registry.appkeys import CLUSTER, READS, REGISTRY
+from registry.appkeys import CLUSTER, LIFECYCLE, REGISTRY
 from registry.core import Registry
 from registry.model import InstanceStatus
 from tests.helpers import eventually, free_port, instance_doc, register
@@ -37,7 +37,7 @@ async def node(aiohttp_client: AiohttpClient, peer: TestServer, clock: FakeClock
     """Node A, which replicates to B."""
     settings = Settings(peers=(str(peer.make_url("/eureka/")),))
     client = await aiohttp_client(create_app(settings, clock=clock))
-    await eventually(lambda: client.app[READS].is_open)  # type: ignore[index]
+    await eventually(lambda: client.app[LIFECYCLE].serves_reads)  # type: ignore[index]
     return client
 
 

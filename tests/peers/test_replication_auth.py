@@ -9,7 +9,7 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
 from registry import FakeClock, Settings, create_app
-from registry.appkeys import READS
+from registry.appkeys import LIFECYCLE
 from registry.codec.wire import basic_authorization
 from registry.model import InstanceStatus
 from tests.helpers import eventually, instance_doc
@@ -55,7 +55,7 @@ async def register(node: TestClient) -> None:
 
 async def test_a_node_with_the_peer_credential_syncs_and_replicates(aiohttp_client, peer, clock):
     node = await start_node(aiohttp_client, peer, clock, "cluster:peer-pw")
-    await eventually(lambda: node.app[READS].is_open)  # type: ignore[index]
+    await eventually(lambda: node.app[LIFECYCLE].serves_reads)  # type: ignore[index]
     assert 0 == dispatcher(node).stats.failed
     await register(node)
     path = "/eureka/apps/ORDERS/i-1/status?value=OUT_OF_SERVICE"

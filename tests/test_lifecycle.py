@@ -1,0 +1,147 @@
+"""The server's phases: the moves the table allows and refuses, and the phase a real process
+shows through `/readyz` while it syncs, serves and stops."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import os
+import signal
+
+import aiohttp
+import pytest
+
+from registry.errors import NotSynced
+from registry.lifecycle import ALLOWED, InvalidTransition, Lifecycle, Phase
+from tests.helpers import eventually, free_port
+from tests.test_cli import TIMEOUT, start
+
+P = Phase
+# Every move the server makes, written out here rather than read from the table.
+MOVES = {
+    (P.STARTING, P.RESTORING),
+    (P.STARTING, P.SYNCING),
+    (P.STARTING, P.SERVING),
+    (P.STARTING, P.DRAINING),
+    (P.RESTORING, P.SYNCING),
+    (P.RESTORING, P.SERVING),
+    (P.RESTORING, P.DRAINING),
+    (P.SYNCING, P.SERVING),
+    (P.SYNCING, P.DRAINING),
+    (P.SERVING, P.DRAINING),
+    (P.DRAINING, P.STOPPED),
+}
+
+
+def at(phase: Phase) -> Lifecycle:
+    """A lifecycle brought to `phase` by allowed moves."""
+    lifecycle = Lifecycle()
+    path = {
+        P.STARTING: [],
+        P.RESTORING: [P.RESTORING],
+        P.SYNCING: [P.SYNCING],
+        P.SERVING: [P.SERVING],
+        P.DRAINING: [P.DRAINING],
+        P.STOPPED: [P.DRAINING, P.STOPPED],
+    }[phase]
+    for step in path:
+        lifecycle.move(step, "on the way")
+    return lifecycle
+
+
+def test_the_table_is_the_moves_the_server_makes():
+    assert MOVES == {(a, b) for a, targets in ALLOWED.items() for b in targets}
+
+
+@pytest.mark.parametrize(("start", "to"), sorted(MOVES))
+def test_every_allowed_move_is_made(start, to):
+    lifecycle = at(start)
+    lifecycle.move(to, "because")
+    assert (to, "because") == (lifecycle.phase, lifecycle.reason)
+
+
+@pytest.mark.parametrize(
+    ("start", "to"),
+    sorted((a, b) for a, b in itertools.product(Phase, Phase) if a != b and (a, b) not in MOVES),
+)
+def test_every_other_move_is_refused_by_name(start, to):
+    lifecycle = at(start)
+    with pytest.raises(InvalidTransition, match=f"{start} -> {to}"):
+        lifecycle.move(to, "because")
+    assert start is lifecycle.phase
+
+
+def test_reads_are_served_only_while_serving_or_draining():
+    for phase in Phase:
+        lifecycle = at(phase)
+        if phase in (P.SERVING, P.DRAINING):
+            lifecycle.check_reads()
+        else:
+            with pytest.raises(NotSynced):
+                lifecycle.check_reads()
+
+
+def test_a_sync_ends_syncing_only():
+    """`synced` serves reads when waiting for them; anti-entropy calling it later changes
+    nothing, and a draining node stays draining."""
+    syncing = at(P.SYNCING)
+    syncing.still_syncing("no peer yet")
+    assert (P.SYNCING, "no peer yet") == (syncing.phase, syncing.reason)
+    syncing.synced("copied")
+    assert (P.SERVING, "copied") == (syncing.phase, syncing.reason)
+    for phase in (P.SERVING, P.DRAINING):
+        lifecycle = at(phase)
+        lifecycle.synced("late")
+        lifecycle.still_syncing("late")
+        assert (phase, "on the way") == (lifecycle.phase, lifecycle.reason)
+
+
+def test_entering_a_phase_calls_what_waits_for_it():
+    lifecycle, called = Lifecycle(), []
+    lifecycle.on_enter(P.DRAINING, lambda: called.append(lifecycle.phase))
+    lifecycle.move(P.SERVING, "up")
+    lifecycle.move(P.DRAINING, "down")
+    lifecycle.move(P.DRAINING, "still down")  # the same phase: no second call
+    assert [P.DRAINING] == called
+
+
+@pytest.mark.slow
+async def test_a_real_process_syncs_serves_and_drains(tmp_path):
+    """A node whose one peer never answers: SYNCING (503) until its empty-sync window ends,
+    then SERVING (200); SIGTERM drains and stops it, and it exits 0."""
+    port = free_port()
+    env = {
+        **os.environ,
+        "REGISTRY_DATA_DIR": str(tmp_path),
+        "REGISTRY_PEER_SYNC_BUDGET": "0.5",
+        "REGISTRY_PEER_SYNC_EMPTY_WINDOW": "3",
+        "REGISTRY_LOG_FORMAT": "json",
+    }
+    peer = f"http://127.0.0.1:{free_port()}/eureka/"
+    process = await start("serve", "--port", str(port), "--peers", peer, env=env)
+    phases: list[tuple[int, str]] = []
+
+    async def readyz() -> tuple[int, str]:
+        try:
+            async with session.get(f"http://127.0.0.1:{port}/readyz") as response:
+                seen = (response.status, (await response.json())["phase"])
+        except aiohttp.ClientConnectionError:
+            return 0, "not listening"
+        if not phases or phases[-1] != seen:
+            phases.append(seen)
+        return seen
+
+    try:
+        async with aiohttp.ClientSession() as session:
+            await eventually(readyz, lambda seen: seen[1] == "SERVING", timeout=TIMEOUT)
+        process.send_signal(signal.SIGTERM)
+        _, stderr = await asyncio.wait_for(process.communicate(), TIMEOUT)
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+    assert 0 == process.returncode
+    assert [(503, "SYNCING"), (200, "SERVING")] == phases
+    entered = [e["phase"] for e in map(json.loads, stderr.decode().splitlines()) if "phase" in e]
+    assert ["RESTORING", "SYNCING", "SERVING", "DRAINING", "STOPPED"] == entered
