@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import signal
 import sqlite3
 import sys
+from asyncio.subprocess import Process
+from collections.abc import AsyncIterator
+from typing import Any
 
 import aiohttp
 import pytest
@@ -20,7 +24,7 @@ TIMEOUT = 20.0
 pytestmark = pytest.mark.slow
 
 
-async def start(*args: str, env: dict[str, str] | None = None) -> asyncio.subprocess.Process:
+async def start(*args: str, env: dict[str, str] | None = None) -> Process:
     return await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
@@ -30,6 +34,25 @@ async def start(*args: str, env: dict[str, str] | None = None) -> asyncio.subpro
         stderr=asyncio.subprocess.PIPE,
         env=env,
     )
+
+
+@contextlib.asynccontextmanager
+async def serving(*args: str, env: dict[str, str] | None = None) -> AsyncIterator[Process]:
+    """`python -m registry *args` as a process, killed on the way out if it still runs."""
+    process = await start(*args, env=env)
+    try:
+        yield process
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+
+
+async def stop(process: Process, sig: int = signal.SIGTERM) -> list[dict[str, Any]]:
+    """Send `sig`, wait for the process to exit; the JSON lines it logged."""
+    process.send_signal(sig)
+    _, stderr = await asyncio.wait_for(process.communicate(), TIMEOUT)
+    return [json.loads(line) for line in stderr.decode().splitlines()]
 
 
 async def wait_serving(session: aiohttp.ClientSession, url: str) -> None:
@@ -49,9 +72,8 @@ async def wait_serving(session: aiohttp.ClientSession, url: str) -> None:
 async def test_serves_then_stops_on_a_signal(sig):
     """The CLI serves the API on the given port and exits 0 after a signal, logging JSON."""
     port = free_port()
-    process = await start("serve", "--port", str(port))
     base = f"http://127.0.0.1:{port}/eureka"
-    try:
+    async with serving("serve", "--port", str(port)) as process:
         async with aiohttp.ClientSession() as session:
             await wait_serving(session, f"{base}/apps")
             async with session.post(
@@ -66,14 +88,8 @@ async def test_serves_then_stops_on_a_signal(sig):
                 },
             ) as response:
                 assert 204 == response.status
-        process.send_signal(sig)
-        _, stderr = await asyncio.wait_for(process.communicate(), TIMEOUT)
-    finally:
-        if process.returncode is None:
-            process.kill()
-            await process.wait()
+        lines = await stop(process, sig)
     assert 0 == process.returncode
-    lines = [json.loads(line) for line in stderr.decode().splitlines()]
     events = [" ".join(filter(None, (e["event"], e.get("phase")))) for e in lines]
     assert [
         "server_starting",

@@ -3,11 +3,8 @@ shows through `/readyz` while it syncs, serves and stops."""
 
 from __future__ import annotations
 
-import asyncio
 import itertools
-import json
 import os
-import signal
 
 import aiohttp
 import pytest
@@ -15,7 +12,7 @@ import pytest
 from registry.errors import NotSynced
 from registry.lifecycle import ALLOWED, InvalidTransition, Lifecycle, Phase
 from tests.helpers import eventually, free_port
-from tests.test_cli import TIMEOUT, start
+from tests.test_cli import TIMEOUT, serving, stop
 
 P = Phase
 # Every move the server makes, written out here rather than read from the table.
@@ -119,7 +116,6 @@ async def test_a_real_process_syncs_serves_and_drains(tmp_path):
         "REGISTRY_LOG_FORMAT": "json",
     }
     peer = f"http://127.0.0.1:{free_port()}/eureka/"
-    process = await start("serve", "--port", str(port), "--peers", peer, env=env)
     phases: list[tuple[int, str]] = []
 
     async def readyz() -> tuple[int, str]:
@@ -132,16 +128,11 @@ async def test_a_real_process_syncs_serves_and_drains(tmp_path):
             phases.append(seen)
         return seen
 
-    try:
+    async with serving("serve", "--port", str(port), "--peers", peer, env=env) as process:
         async with aiohttp.ClientSession() as session:
             await eventually(readyz, lambda seen: seen[1] == "SERVING", timeout=TIMEOUT)
-        process.send_signal(signal.SIGTERM)
-        _, stderr = await asyncio.wait_for(process.communicate(), TIMEOUT)
-    finally:
-        if process.returncode is None:
-            process.kill()
-            await process.wait()
+        lines = await stop(process)
     assert 0 == process.returncode
     assert [(503, "SYNCING"), (200, "SERVING")] == phases
-    entered = [e["phase"] for e in map(json.loads, stderr.decode().splitlines()) if "phase" in e]
+    entered = [e["phase"] for e in lines if "phase" in e]
     assert ["RESTORING", "SYNCING", "SERVING", "DRAINING", "STOPPED"] == entered
