@@ -21,6 +21,7 @@ from registry.appkeys import (
     CATALOG,
     CLOCK,
     CLUSTER,
+    CREDENTIALS,
     DIGESTS,
     FEED,
     JOURNAL,
@@ -40,6 +41,7 @@ from registry.cache import ResponseCache
 from registry.catalog import Catalog
 from registry.clock import Clock, SystemClock
 from registry.core import Registry
+from registry.credentials import Credentials
 from registry.eviction import Evictor
 from registry.feed import KEEPALIVE, ChangeFeed
 from registry.http import add_routes
@@ -55,7 +57,7 @@ from registry.settings import Settings
 from registry.store.restore import restore, restore_missing
 from registry.store.sqlite import OverrideGone, Snapshot
 from registry.store.writer import InstanceKey, StoreWriter
-from registry.tasks import Pacer, cancel_and_wait, run_every
+from registry.tasks import Loops, Pacer
 
 __all__ = ["CACHE", "CLOCK", "JOURNAL", "REGISTRY", "SETTINGS", "create_app"]
 
@@ -121,6 +123,7 @@ def create_app(
         if settings.fetch_rate_limit
         else None
     )
+    app[CREDENTIALS] = Credentials(settings) if settings.secured else None
     app[CLUSTER] = Cluster(registry, clock, settings)
     app[DIGESTS] = Digests(registry)
     add_routes(app)
@@ -141,9 +144,10 @@ def create_app(
 async def _keepalives(app: web.Application) -> AsyncIterator[None]:
     """The feed's beat: idle watch streams send a comment, so proxies keep them open."""
     feed = app[FEED]
-    task = asyncio.create_task(run_every(app[CLOCK], KEEPALIVE, feed.beat, name="keepalive"))
+    loops = Loops(app[CLOCK])
+    loops.every(KEEPALIVE, feed.beat, name="keepalive")
     yield
-    await cancel_and_wait(task)
+    await loops.stop()
 
 
 async def _activity(app: web.Application) -> AsyncIterator[None]:
@@ -151,9 +155,10 @@ async def _activity(app: web.Application) -> AsyncIterator[None]:
     the last one at shutdown."""
     activity = Activity(app[REGISTRY])
     interval = app[SETTINGS].activity_log_interval
-    task = asyncio.create_task(run_every(app[CLOCK], interval, activity.log, name="activity"))
+    loops = Loops(app[CLOCK])
+    loops.every(interval, activity.log, name="activity")
     yield
-    await cancel_and_wait(task)
+    await loops.stop()
     activity.log()
 
 
@@ -165,9 +170,10 @@ async def _heap(app: web.Application) -> AsyncIterator[None]:
         yield
         return
     heap.freeze()
-    task = asyncio.create_task(run_every(app[CLOCK], interval, heap.freeze, name="gc_freeze"))
+    loops = Loops(app[CLOCK])
+    loops.every(interval, heap.freeze, name="gc_freeze")
     yield
-    await cancel_and_wait(task)
+    await loops.stop()
 
 
 async def _loop_lag(app: web.Application) -> AsyncIterator[None]:
@@ -198,55 +204,81 @@ def _peers(reload: Reload | None) -> Callable[[web.Application], AsyncIterator[N
         cluster, settings, clock = app[CLUSTER], app[SETTINGS], app[CLOCK]
         registry, lifecycle = app[REGISTRY], app[LIFECYCLE]
         await cluster.start()
-        tasks = [
-            asyncio.create_task(
-                anti_entropy_forever(
-                    cluster.clients,
-                    registry,
-                    app[JOURNAL],
-                    app[DIGESTS],
-                    clock,
-                    lifecycle,
-                    interval=settings.anti_entropy_interval,
-                ),
-                name="anti_entropy",
-            )
-        ]
-        if cluster.dispatchers and not app[RESTORED]:  # restored state is served at once
-            lifecycle.move(Phase.SYNCING, "copying the registry from peers")
-            sync = sync_at_start(
+        loops = Loops(clock)
+        loops.start(
+            lambda: anti_entropy_forever(
                 cluster.clients,
                 registry,
+                app[JOURNAL],
+                app[DIGESTS],
                 clock,
                 lifecycle,
-                budget=settings.peer_sync_budget,
-                empty_window=settings.peer_sync_empty_window,
+                interval=settings.anti_entropy_interval,
+            ),
+            name="anti_entropy",
+        )
+        if cluster.dispatchers and not app[RESTORED]:  # restored state is served at once
+            lifecycle.move(Phase.SYNCING, "copying the registry from peers")
+            loops.start(
+                lambda: sync_at_start(
+                    cluster.clients,
+                    registry,
+                    clock,
+                    lifecycle,
+                    budget=settings.peer_sync_budget,
+                    empty_window=settings.peer_sync_empty_window,
+                ),
+                name="peer_sync",
             )
-            tasks.append(asyncio.create_task(sync, name="peer_sync"))
         else:
             lifecycle.move(Phase.SERVING, lifecycle.reason if app[RESTORED] else "serving")
         if reload is not None:
             asyncio.get_running_loop().add_signal_handler(
-                signal.SIGHUP, lambda: tasks.append(asyncio.create_task(_reload(cluster, reload)))
+                signal.SIGHUP, lambda: loops.start(lambda: _reload(app, reload), name="reload")
             )
         yield
         if reload is not None:
             asyncio.get_running_loop().remove_signal_handler(signal.SIGHUP)
-        for task in tasks:
-            await cancel_and_wait(task)
+        await loops.stop()
         await cluster.aclose()
 
     return peers
 
 
-async def _reload(cluster: Cluster, reload: Reload) -> None:
+async def _reload(app: web.Application, reload: Reload) -> None:
+    """SIGHUP: the settings file read again; the peer list and the credentials take effect."""
     try:
         settings = await asyncio.to_thread(reload)
-    except Exception as exc:  # a bad edit must not take the node down: keep the old list
+    except Exception as exc:  # a bad edit must not take the node down: keep the old settings
         log.error("settings_reload_failed", detail=str(exc))
         return
+    cluster = app[CLUSTER]
     cluster.set_peers(settings.peers)
-    log.info("settings_reloaded", peers=list(cluster.dispatchers))
+    credentials = _reload_credentials(app[CREDENTIALS], settings)
+    log.info("settings_reloaded", peers=list(cluster.dispatchers), credentials=credentials)
+
+
+def _reload_credentials(current: Credentials | None, settings: Settings) -> str:
+    """Take the reloaded credentials; what was done ("applied", "none", or "kept" with a
+    warning saying why)."""
+    if current is None and settings.secured:
+        log.warning(
+            "credentials_not_reloaded",
+            reason="this node started without credentials, so none of its routes is guarded: "
+            "restart it to turn them on",
+        )
+        return "kept"
+    if current is None:
+        return "none"
+    if not settings.secured:
+        log.warning(
+            "credentials_not_reloaded",
+            reason="removing every credential would open every plane to anyone: restart the "
+            "node to turn them off",
+        )
+        return "kept"
+    current.update(settings)
+    return "applied"
 
 
 async def _store(app: web.Application) -> AsyncIterator[None]:
@@ -287,15 +319,11 @@ async def _store(app: web.Application) -> AsyncIterator[None]:
     async def forget_old_history() -> None:
         await writer.forget_history(before_ms=clock.wall_ms() - retention_ms)
 
-    tasks = [
-        asyncio.create_task(
-            run_every(clock, settings.store_flush_interval, writer.flush_logged, name="store_flush")
-        ),
-        asyncio.create_task(run_every(clock, HOUR, forget_old_history, name="override_history")),
-    ]
+    loops = Loops(clock)
+    loops.every(settings.store_flush_interval, writer.flush_logged, name="store_flush")
+    loops.every(HOUR, forget_old_history, name="override_history")
     yield
-    for task in tasks:
-        await cancel_and_wait(task)
+    await loops.stop()
     await writer.close()  # what is owed is written first
 
 
@@ -312,9 +340,10 @@ async def _override_expiry(app: web.Application) -> AsyncIterator[None]:
             if writer is not None:
                 writer.override_gone(OverrideGone(app_name, iid, now_ms, action="expired"))
 
-    task = asyncio.create_task(run_every(clock, 1.0, expire, name="override_expiry"))
+    loops = Loops(clock)
+    loops.every(1.0, expire, name="override_expiry")
     yield
-    await cancel_and_wait(task)
+    await loops.stop()
 
 
 async def _evictor(app: web.Application) -> AsyncIterator[None]:
@@ -327,23 +356,16 @@ async def _evictor(app: web.Application) -> AsyncIterator[None]:
         interval=settings.eviction_interval,
         max_fraction=settings.eviction_max_fraction,
     )
-    tasks = [
-        asyncio.create_task(
-            run_every(clock, settings.eviction_interval, evictor.sweep, name="eviction")
-        ),
-        asyncio.create_task(run_every(clock, MINUTE, evictor.end_minute, name="renewal_count")),
-        asyncio.create_task(
-            run_every(
-                clock,
-                settings.renewal_threshold_update_interval,
-                evictor.recount,
-                name="renewal_threshold_recount",
-            )
-        ),
-    ]
+    loops = Loops(clock)
+    loops.every(settings.eviction_interval, evictor.sweep, name="eviction")
+    loops.every(MINUTE, evictor.end_minute, name="renewal_count")
+    loops.every(
+        settings.renewal_threshold_update_interval,
+        evictor.recount,
+        name="renewal_threshold_recount",
+    )
     yield
-    for task in tasks:
-        await cancel_and_wait(task)
+    await loops.stop()
 
 
 async def _journal_cleaner(app: web.Application) -> AsyncIterator[None]:
@@ -361,23 +383,14 @@ async def _journal_cleaner(app: web.Application) -> AsyncIterator[None]:
         )
 
     settings = app[SETTINGS]
-    tasks = [
-        asyncio.create_task(
-            run_every(clock, settings.delta_cleanup_interval, clean, name="journal_cleanup")
-        ),
-        asyncio.create_task(run_every(clock, CATALOG_REFRESH, refresh, name="catalog_refresh")),
-    ]
+    loops = Loops(clock)
+    loops.every(settings.delta_cleanup_interval, clean, name="journal_cleanup")
+    loops.every(CATALOG_REFRESH, refresh, name="catalog_refresh")
     if settings.use_read_only_response_cache:
-        tasks.append(
-            asyncio.create_task(
-                run_every(
-                    clock,
-                    settings.response_cache_update_interval,
-                    lambda: cache.refresh(clock.monotonic()),
-                    name="cache_refresh",
-                )
-            )
+        loops.every(
+            settings.response_cache_update_interval,
+            lambda: cache.refresh(clock.monotonic()),
+            name="cache_refresh",
         )
     yield
-    for task in tasks:
-        await cancel_and_wait(task)
+    await loops.stop()

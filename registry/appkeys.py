@@ -10,6 +10,7 @@ from registry.cache import ResponseCache
 from registry.catalog import Catalog
 from registry.clock import Clock
 from registry.core import Registry
+from registry.credentials import Credentials
 from registry.feed import ChangeFeed
 from registry.journal import DeltaJournal
 from registry.lifecycle import Lifecycle
@@ -27,6 +28,8 @@ CACHE = web.AppKey("cache", ResponseCache)
 CATALOG = web.AppKey("catalog", Catalog)  # every application's instances, encoded
 CLOCK = web.AppKey("clock", Clock)
 SETTINGS = web.AppKey("settings", Settings)
+# What requests are checked against; None when no credentials are configured (no guards).
+CREDENTIALS: web.AppKey[Credentials | None] = web.AppKey("credentials")
 LIFECYCLE = web.AppKey("lifecycle", Lifecycle)  # the phase: starting, ..., serving, ...
 CLUSTER = web.AppKey("cluster", Cluster)
 DIGESTS = web.AppKey("digests", Digests)  # per application, for anti-entropy

@@ -1,4 +1,5 @@
-"""Background loops (one core call per tick, errors logged and survived), and pacing long work."""
+"""Background loops (one core call per tick, errors logged and survived; loops kept running by
+`Loops`), and pacing long work."""
 
 from __future__ import annotations
 
@@ -19,6 +20,8 @@ SLICE = 256  # items handled between two looks at the time
 # I/O that came in meanwhile, so others wait up to about two budgets.
 BUDGET = 0.001
 PASSES = 3  # see in_passes
+RESTART_PAUSE = 1.0  # before a background loop that died runs again; doubles each time
+RESTART_PAUSE_MAX = 60.0
 
 
 async def run_every(
@@ -34,6 +37,51 @@ async def run_every(
                 await result
         except Exception:
             log.exception(f"{name}_failed")
+
+
+class Loops:
+    """The background loops of one part of the server, started and stopped together.
+
+    Each runs as a task named for it. One that dies (its code raised rather than ended) is
+    logged with the error and started again after a pause that doubles up to
+    RESTART_PAUSE_MAX, so a bug costs a log line a minute rather than the loop for good; one
+    that ends (a start-up sync done) is not. `stop` cancels them all and waits for them.
+    """
+
+    def __init__(self, clock: Clock) -> None:
+        self._clock = clock
+        self._tasks: list[asyncio.Task[None]] = []
+
+    def every(
+        self, interval: float, tick: Callable[[], object | Awaitable[object]], *, name: str
+    ) -> None:
+        """Call `tick` every `interval` seconds (see `run_every`)."""
+        self.start(lambda: run_every(self._clock, interval, tick, name=name), name=name)
+
+    def start(self, run: Callable[[], Awaitable[None]], *, name: str) -> None:
+        """Run `run()` in a task named `name`, again (after a pause) each time it dies."""
+        self._tasks.append(asyncio.create_task(self._kept(run, name), name=name))
+
+    async def _kept(self, run: Callable[[], Awaitable[None]], name: str) -> None:
+        pause = RESTART_PAUSE
+        while True:
+            try:
+                await run()
+                return
+            except Exception:
+                log.exception("background_loop_died", loop=name, restart_in=pause)
+            await self._clock.sleep(pause)
+            pause = min(RESTART_PAUSE_MAX, pause * 2)
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            await cancel_and_wait(task)
+        self._tasks.clear()
+
+    @property
+    def names(self) -> list[str]:
+        """The loops running now."""
+        return [task.get_name() for task in self._tasks if not task.done()]
 
 
 async def cancel_and_wait(task: asyncio.Task[None]) -> None:

@@ -12,39 +12,27 @@ declares its plane in the route table (routes.py).
 
 With no credentials configured no guard is installed, and the settings keep the server on
 loopback. Otherwise a request without a credential this node knows gets 401 and a challenge; one
-with a known credential of another plane gets 403. A presented credential is hashed and compared
-with every configured one in constant time, so the timing shows neither which one matched nor
-how long any is; credentials are never logged.
+with a known credential of another plane gets 403 (registry/credentials.py checks them). A
+SIGHUP that changes the credentials applies them to the next request; one that would turn them
+on or off entirely is refused (see `registry.app._reload`).
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
 import enum
 import functools
-import hashlib
-import hmac
 from urllib.parse import urlsplit
 
 from aiohttp import hdrs, web
 from aiohttp.typedefs import Handler
 
 from registry.appkeys import SETTINGS
+from registry.credentials import Credentials, Role
 from registry.errors import Forbidden, Unauthorized
 from registry.http.params import is_replication
 from registry.settings import Settings, is_loopback
 
 REALM = "service-registry"
-
-
-class Role(enum.Flag):
-    """What a credential proved: a request's roles are every match's."""
-
-    NONE = 0
-    CLIENT = enum.auto()
-    ADMIN = enum.auto()
-    PEER = enum.auto()
 
 
 class Plane(enum.Enum):
@@ -111,53 +99,6 @@ def _loopback_host(host: str) -> bool:
     elif host.count(":") == 1:
         host = host.rpartition(":")[0]
     return is_loopback(host)
-
-
-def _digest(secret: bytes) -> bytes:
-    return hashlib.sha256(secret).digest()
-
-
-class Credentials:
-    """The configured credentials, kept only as digests, and what a request's header proves."""
-
-    def __init__(self, settings: Settings) -> None:
-        basic = [(c, Role.CLIENT) for c in settings.client_credentials]
-        basic += [(c, Role.ADMIN) for c in settings.admin_credentials]
-        if settings.peer_credential:
-            basic.append((settings.peer_credential, Role.PEER))
-        self._basic = [(_digest(c.encode()), role) for c, role in basic]
-        self._tokens = [(_digest(t.encode()), Role.ADMIN) for t in settings.admin_tokens]
-        self.configured = Role.NONE
-        for _, role in self._basic:
-            self.configured |= role
-        if self._tokens:
-            self.configured |= Role.ADMIN
-
-    def check(self, authorization: str | None) -> tuple[Role, str | None]:
-        """The roles the `Authorization` header proves, and the user name it carries."""
-        scheme, _, value = (authorization or "").strip().partition(" ")
-        scheme = scheme.lower()
-        if scheme == "basic":
-            try:
-                presented = base64.b64decode(value.strip(), validate=True)
-            except (binascii.Error, ValueError):
-                return Role.NONE, None
-            roles = _matching(_digest(presented), self._basic)
-            user = presented.partition(b":")[0].decode("utf-8", "replace") if roles else None
-            return roles, user
-        if scheme == "bearer" and value.strip():
-            roles = _matching(_digest(value.strip().encode()), self._tokens)
-            return roles, ("token" if roles else None)
-        return Role.NONE, None
-
-
-def _matching(digest: bytes, known: list[tuple[bytes, Role]]) -> Role:
-    """Every match, each compared in constant time, without stopping at the first."""
-    roles = Role.NONE
-    for candidate, role in known:
-        if hmac.compare_digest(candidate, digest):
-            roles |= role
-    return roles
 
 
 def may_administer(request: web.Request) -> bool:

@@ -15,7 +15,7 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 
 from registry import metrics
-from registry.appkeys import CLOCK, LIMITER, REGISTRY, REQUESTS, SETTINGS
+from registry.appkeys import CLOCK, CREDENTIALS, LIMITER, REGISTRY, REQUESTS, SETTINGS
 from registry.http import (
     admin_api,
     api_docs,
@@ -27,7 +27,7 @@ from registry.http import (
     status_page,
     watch_api,
 )
-from registry.http.auth import Credentials, Plane, from_this_site, guard
+from registry.http.auth import Plane, from_this_site, guard
 from registry.http.error_handling import json_errors, method_not_allowed, no_such_endpoint
 from registry.http.throttle import limited
 from registry.request_stats import timed
@@ -152,7 +152,7 @@ UNVERSIONED: dict[str, dict[str, Route]] = {
 
 def add_routes(app: web.Application) -> None:
     settings = app[SETTINGS]
-    credentials = Credentials(settings) if settings.secured else None
+    credentials = app[CREDENTIALS]
 
     def wrap(route: Route, endpoint: str, method: str) -> Handler:
         """`route`'s handler for `method`, wrapped innermost first in: the fetch rate limit,

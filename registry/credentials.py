@@ -1,0 +1,77 @@
+"""The credentials this node knows, kept only as digests, and what a presented one proves.
+
+A presented credential is hashed and compared with every configured one in constant time, so
+the timing shows neither which one matched nor how long any is; credentials are never logged.
+Which routes take which roles is the HTTP layer's (registry/http/auth.py).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import enum
+import hashlib
+import hmac
+
+from registry.settings import Settings
+
+
+class Role(enum.Flag):
+    """What a credential proved: a request's roles are every match's."""
+
+    NONE = 0
+    CLIENT = enum.auto()
+    ADMIN = enum.auto()
+    PEER = enum.auto()
+
+
+def _digest(secret: bytes) -> bytes:
+    return hashlib.sha256(secret).digest()
+
+
+class Credentials:
+    """The configured credentials, kept only as digests, and what a request's header proves."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.update(settings)
+
+    def update(self, settings: Settings) -> None:
+        """Take `settings`' credentials instead (a reload): the next request is checked
+        against them."""
+        basic = [(c, Role.CLIENT) for c in settings.client_credentials]
+        basic += [(c, Role.ADMIN) for c in settings.admin_credentials]
+        if settings.peer_credential:
+            basic.append((settings.peer_credential, Role.PEER))
+        self._basic = [(_digest(c.encode()), role) for c, role in basic]
+        self._tokens = [(_digest(t.encode()), Role.ADMIN) for t in settings.admin_tokens]
+        self.configured = Role.NONE
+        for _, role in self._basic:
+            self.configured |= role
+        if self._tokens:
+            self.configured |= Role.ADMIN
+
+    def check(self, authorization: str | None) -> tuple[Role, str | None]:
+        """The roles the `Authorization` header proves, and the user name it carries."""
+        scheme, _, value = (authorization or "").strip().partition(" ")
+        scheme = scheme.lower()
+        if scheme == "basic":
+            try:
+                presented = base64.b64decode(value.strip(), validate=True)
+            except (binascii.Error, ValueError):
+                return Role.NONE, None
+            roles = _matching(_digest(presented), self._basic)
+            user = presented.partition(b":")[0].decode("utf-8", "replace") if roles else None
+            return roles, user
+        if scheme == "bearer" and value.strip():
+            roles = _matching(_digest(value.strip().encode()), self._tokens)
+            return roles, ("token" if roles else None)
+        return Role.NONE, None
+
+
+def _matching(digest: bytes, known: list[tuple[bytes, Role]]) -> Role:
+    """Every match, each compared in constant time, without stopping at the first."""
+    roles = Role.NONE
+    for candidate, role in known:
+        if hmac.compare_digest(candidate, digest):
+            roles |= role
+    return roles
