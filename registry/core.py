@@ -293,8 +293,9 @@ class Registry:
     def cancel(
         self, app: str, instance_id: str, *, now_ms: int, is_replication: bool = False
     ) -> None:
-        """Deregister an instance (contract 6.4); its override goes with it."""
-        self._overrides.pop(instance_id, None)
+        """Deregister an instance (contract 6.4). Its override stays (unlike Eureka's): an
+        admin's decision is removed by the admin plane or its expiry, never by a client's
+        cancel and re-registration."""
         self._remove(self._lease(app, instance_id), now_ms)
         self.cancels += 1
         log.debug(
@@ -358,8 +359,15 @@ class Registry:
         """Remove an admin override (contract 6.6), leaving `status` behind it.
 
         The default UNKNOWN makes the next heartbeat answer 404, so the client re-registers
-        and its own status takes over again.
+        and its own status takes over again. The override of an instance that is gone
+        (cancelled, evicted) is removed too; with neither, UnknownInstance.
         """
+        if not self._holds(app, instance_id, now_ms) and instance_id in self._overrides:
+            del self._overrides[instance_id]
+            log.info("override_deleted", app=app, instance_id=instance_id, instance="gone")
+            if self.outbox is not None and not is_replication:
+                self.outbox(_A.DELETE_STATUS_OVERRIDE, app, instance_id, status, last_dirty_ms)
+            return
         lease = self._live_lease(app, instance_id, now_ms)
         lease.renew(now_ms, self._legacy)
         if self._overrides.pop(instance_id, None) is not None:
@@ -482,6 +490,10 @@ class Registry:
         if lease is None:
             raise UnknownInstance(f"no instance {instance_id!r} in application {app!r}")
         return lease
+
+    def _holds(self, app: str, instance_id: str, now_ms: int) -> bool:
+        lease = self._apps.get(app, {}).get(instance_id)
+        return lease is not None and not lease.is_expired(now_ms)
 
     def _live_lease(self, app: str, instance_id: str, now_ms: int) -> Lease:
         lease = self._lease(app, instance_id)

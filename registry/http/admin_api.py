@@ -114,7 +114,9 @@ async def overrides(request: web.Request) -> web.Response:
 
 
 async def override_history(request: web.Request) -> web.Response:
-    """GET {base}overrides/history[?since=MS]: overrides set, deleted and expired, oldest first."""
+    """GET {base}overrides/history[?since=MS]: overrides set, deleted and expired, and the
+    instances cancelled under them, oldest first; what is pending is written first, so the
+    history holds every change made before the read."""
     since = params.registry_index(
         params.query_value(params.query_string(request), "since"), "since"
     )
@@ -122,6 +124,7 @@ async def override_history(request: web.Request) -> web.Response:
     if writer is None:
         raise NotServed("the store is off (store = false): no history is kept")
     try:
+        await writer.flush()
         history = await writer.history(since_ms=since or 0)
     except Exception as exc:
         detail = f"the history cannot be read now ({type(exc).__name__}: {exc})"

@@ -6,7 +6,7 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 from msgspec.structs import replace
 
-from registry.appkeys import CLOCK, REGISTRY
+from registry.appkeys import CLOCK, REGISTRY, WRITER
 from registry.clock import Clock
 from registry.codec import instance_from_wire, wire
 from registry.core import Registry
@@ -62,11 +62,12 @@ def heartbeat_handler(registry: Registry, clock: Clock) -> Handler:
 
 
 async def cancel(request: web.Request) -> web.Response:
-    """DELETE apps/{app}/{id}: the instance leaves."""
-    request.app[REGISTRY].cancel(
-        params.app_name(request),
-        request.match_info["id"],
-        now_ms=request.app[CLOCK].wall_ms(),
-        is_replication=params.is_replication(request),
-    )
+    """DELETE apps/{app}/{id}: the instance leaves; an admin's override on it stays, and the
+    override's history says who cancelled it."""
+    registry, app, iid = request.app[REGISTRY], params.app_name(request), request.match_info["id"]
+    now_ms, replication = request.app[CLOCK].wall_ms(), params.is_replication(request)
+    registry.cancel(app, iid, now_ms=now_ms, is_replication=replication)
+    writer = request.app[WRITER]
+    if writer is not None and not replication and iid in registry.overrides():
+        writer.instance_cancelled(app, iid, now_ms, by=auth.principal(request))
     return web.Response()

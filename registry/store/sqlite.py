@@ -63,6 +63,9 @@ class Batch:
     deletes: list[tuple[str, str]] = field(default_factory=list)
     overrides_set: list[StoredOverride] = field(default_factory=list)
     overrides_gone: list[OverrideGone] = field(default_factory=list)
+    # What happened to overrides that stay in force (a client cancelled the instance under
+    # one): history rows only.
+    history: list[OverrideGone] = field(default_factory=list)
     index: int = 0
     epoch: str = ""
     everything: bool = False  # the whole registry: replace what the store holds
@@ -218,6 +221,12 @@ class Store:
                     "INSERT INTO override_history (at_ms, action, app, id, actor) "
                     "VALUES (?, ?, ?, ?, ?)",
                     (gone.at_ms, gone.action, gone.app, gone.instance_id, gone.by),
+                )
+            for event in batch.history:
+                await db.execute(
+                    "INSERT INTO override_history (at_ms, action, app, id, actor) "
+                    "VALUES (?, ?, ?, ?, ?)",
+                    (event.at_ms, event.action, event.app, event.instance_id, event.by),
                 )
             await db.executemany(
                 "INSERT OR REPLACE INTO meta VALUES (?, ?)",

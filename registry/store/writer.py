@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import os
 import sqlite3
 from collections.abc import Callable
@@ -77,6 +78,7 @@ class StoreWriter:
         self._overrides_removed: set[str] = set()  # this run, while the store was not open
         self._instances: dict[InstanceKey, LeaseSnapshot | None] = {}  # None: removed
         self._overrides: dict[str, StoredOverride | OverrideGone] = {}  # by instance id
+        self._history: list[OverrideGone] = []  # history rows only (see Batch.history)
         self._written_overrides: dict[str, tuple[str, InstanceStatus]] = {}  # id: (app, status)
         self._flushing = asyncio.Lock()  # one flush at a time, so a retry never overtakes
         self._in_flight = 0  # changes in the transaction under way
@@ -118,7 +120,7 @@ class StoreWriter:
     @property
     def pending(self) -> int:
         """Changes not on disk yet, the ones being written included."""
-        return len(self._instances) + len(self._overrides) + self._in_flight
+        return len(self._instances) + len(self._overrides) + len(self._history) + self._in_flight
 
     def status(self) -> dict[str, object]:
         """For `GET status`: whether writes reach the disk, and what waits."""
@@ -134,7 +136,7 @@ class StoreWriter:
 
     def on_change(self, event: ChangeEvent) -> None:
         """Registry listener: remember the newest state of the instance, and overrides that
-        went with it (a cancel) or from it (a delete while the store was not open)."""
+        went from it while the store was not open (a delete)."""
         instance = event.lease.instance
         iid = instance.instance_id
         self._instances[(instance.app, iid)] = (
@@ -142,8 +144,6 @@ class StoreWriter:
         )
         if iid in self._registry.overrides():
             return
-        if event.action is ActionType.DELETED and iid in self._written_overrides:
-            self._overrides[iid] = OverrideGone(instance.app, iid, event.at_ms, "cancelled")
         previous = event.previous
         if self._opened_late and previous is not None and previous.overridden_status is not _NONE:
             self._overrides_removed.add(iid)
@@ -152,6 +152,11 @@ class StoreWriter:
         """Its reason or expiry changed: write the override again, even with the same status."""
         self._written_overrides.pop(instance_id, None)
         self._overrides.pop(instance_id, None)
+
+    def instance_cancelled(self, app: str, instance_id: str, at_ms: int, by: str | None) -> None:
+        """A client cancelled an instance whose override stays in force: say so, and who, in
+        the override's history."""
+        self._history.append(OverrideGone(app, instance_id, at_ms, "instance_cancelled", by))
 
     def override_gone(self, gone: OverrideGone) -> None:
         """Record why an override went (`expired`) or who deleted it, beyond a plain `deleted`."""
@@ -192,13 +197,15 @@ class StoreWriter:
             self._rewrite = True
         store = self._store or await self._opened()
         self._compare_overrides()
-        if not self._rewrite and not self._instances and not self._overrides:
+        if not (self._rewrite or self._instances or self._overrides or self._history):
             return
         instances, self._instances = self._instances, {}
         overrides, self._overrides = self._overrides, {}
+        history, self._history = self._history, []
         rewrite = self._rewrite
         batch = self._whole_registry() if rewrite else self._batch(instances, overrides)
-        self._in_flight = len(instances) + len(overrides)
+        batch = dataclasses.replace(batch, history=history)
+        self._in_flight = len(instances) + len(overrides) + len(history)
         try:
             await store.write(batch)
         except BaseException:
@@ -206,6 +213,7 @@ class StoreWriter:
             # Changes made while the write was under way are newer: they win.
             self._instances = instances | self._instances
             self._overrides = overrides | self._overrides
+            self._history = history + self._history
             raise
         self._in_flight = 0
         self._rewrite = False

@@ -185,6 +185,30 @@ async def test_the_admin_who_sets_an_override_is_remembered(client):
     ]
 
 
+async def test_a_clients_cancel_and_re_registration_leave_the_admins_override(client):
+    """Only the admin plane (or the override's expiry) removes an admin's decision: a client
+    cancelling its instance and registering it again finds the override still in force, and
+    the override's history says who cancelled it."""
+    path = "/eureka/apps/ORDERS/i-1/status?value=OUT_OF_SERVICE&reason=incident"
+    assert 200 == await call(client, "PUT", path, AS_ADMIN)
+    assert 200 == await call(client, "DELETE", "/eureka/apps/ORDERS/i-1", AS_CLIENT)
+    assert 204 == await call(client, "POST", "/eureka/apps/ORDERS", AS_CLIENT)
+    response = await client.get("/eureka/apps/ORDERS/i-1", headers=_json(AS_CLIENT))
+    assert "OUT_OF_SERVICE" == (await response.json())["instance"]["status"]
+    [listed] = (await (await client.get("/eureka/overrides", headers=AS_ADMIN)).json())["overrides"]
+    assert ("OUT_OF_SERVICE", "incident", "ops") == (
+        listed["status"],
+        listed["reason"],
+        listed["setBy"],
+    )
+    history = await (await client.get("/eureka/overrides/history", headers=AS_ADMIN)).json()
+    assert [("set", "ops"), ("instance_cancelled", "svc")] == [
+        (entry["action"], entry["by"]) for entry in history["history"]
+    ]
+    assert 200 == await call(client, "DELETE", "/eureka/apps/ORDERS/i-1/status", AS_ADMIN)
+    assert {} == registry_of(client).overrides()
+
+
 async def test_no_credential_is_ever_logged(client):
     secrets = (CLIENT_PW, ADMIN_PW, PEER_PW, TOKEN, "guess")
     with capture_logs() as logs:

@@ -275,23 +275,30 @@ class TestLeaseExpiry:
 
 
 class TestCancel:
-    def test_cancel_removes_lease_and_override(self, registry, events):
-        """Cancel deletes the lease, drops the override and emits DELETED."""
+    def test_cancel_removes_the_lease_and_keeps_the_override(self, registry, events):
+        """Cancel deletes the lease and emits DELETED; the admin's override stays in force
+        for the instance's next registration (unlike Eureka), until an admin deletes it."""
         registry.register(make(), now_ms=T0)
         registry.set_status_override("ORDERS", "i-1", S.DOWN, now_ms=T0)
         registry.cancel("ORDERS", "i-1", now_ms=T0 + 3)
         assert 0 == len(registry)
-        assert {} == dict(registry.overrides())
+        assert {"i-1": S.DOWN} == dict(registry.overrides())
         assert ActionType.DELETED == events[-1].action
         assert T0 + 3 == events[-1].lease.instance.last_updated_ms
+        assert S.DOWN is registry.register(make(), now_ms=T0 + 4).status
+        registry.delete_status_override("ORDERS", "i-1", now_ms=T0 + 5)
+        assert {} == dict(registry.overrides())
 
-    def test_cancel_of_unknown_instance_is_404_but_drops_its_override(self, registry):
-        """The override map entry goes even when there is no lease."""
+    def test_the_override_of_an_instance_gone_is_kept_until_an_admin_deletes_it(self, registry):
         registry.register(make(overridden_status=S.DOWN), now_ms=T0, is_replication=True)
         evict_expired(registry, now_ms=T0 + 200_000)
         with pytest.raises(UnknownInstance):
             registry.cancel("ORDERS", "i-1", now_ms=T0 + 200_001)
+        assert {"i-1": S.DOWN} == dict(registry.overrides())
+        registry.delete_status_override("ORDERS", "i-1", now_ms=T0 + 200_002)
         assert {} == dict(registry.overrides())
+        with pytest.raises(UnknownInstance):  # neither an instance nor an override
+            registry.delete_status_override("ORDERS", "i-1", now_ms=T0 + 200_003)
 
 
 class TestOverrides:

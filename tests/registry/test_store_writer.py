@@ -89,27 +89,29 @@ class TestBatches:
         assert 0 == writer.pending
 
     async def test_overrides_follow_the_registry(self, registry, writer):
-        """Set, deleted, and dropped by a cancel: the store has what the registry has."""
+        """Set, deleted, and kept through a cancel (which the history records): the store
+        has what the registry has."""
         for iid in ("a", "b", "c"):
             registry.register(make(iid), now_ms=T0)
             registry.set_status_override("ORDERS", iid, S.OUT_OF_SERVICE, now_ms=T0)
         await writer.flush()
         registry.delete_status_override("ORDERS", "b", now_ms=T0 + 1)
         registry.cancel("ORDERS", "c", now_ms=T0 + 1)
+        writer.instance_cancelled("ORDERS", "c", T0 + 1, by="svc")
         await writer.flush()
         store = await Store.open(writer.path, now_ms=T0)
         overrides = (await store.load()).overrides
         history = [(h["action"], h["instance_id"]) for h in await store.history()]
         await store.close()
-        assert [("ORDERS", "a", S.OUT_OF_SERVICE)] == [
+        assert [("ORDERS", "a", S.OUT_OF_SERVICE), ("ORDERS", "c", S.OUT_OF_SERVICE)] == sorted(
             (o.app, o.instance_id, o.status) for o in overrides
-        ]
+        )
         assert {
             ("set", "a"),
             ("set", "b"),
             ("set", "c"),
             ("deleted", "b"),
-            ("cancelled", "c"),
+            ("instance_cancelled", "c"),
         } == set(history)
 
 
