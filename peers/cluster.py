@@ -22,6 +22,7 @@ from peers.pending import Task
 from registry.clock import Clock
 from registry.core import Registry
 from registry.model import InstanceStatus, ReplicationAction
+from registry.overrides import OverrideNotes
 from registry.settings import Settings
 
 log = structlog.get_logger()
@@ -30,9 +31,16 @@ DRAIN_TIMEOUT = 3.0  # seconds a stopping node spends sending what its peers are
 
 
 class Cluster:
-    def __init__(self, registry: Registry, clock: Clock, settings: Settings) -> None:
+    def __init__(
+        self,
+        registry: Registry,
+        clock: Clock,
+        settings: Settings,
+        notes: OverrideNotes | None = None,
+    ) -> None:
         self.dispatchers: dict[str, Dispatcher] = {}
         self._registry = registry
+        self._notes = notes or OverrideNotes()  # sent with the overrides they describe
         self._clock = clock
         self._settings = settings
         self._runs: dict[str, asyncio.Task[None]] = {}
@@ -61,7 +69,11 @@ class Cluster:
         for url in wanted:
             if url not in self.dispatchers:
                 dispatcher = Dispatcher(
-                    PeerClient(self._session, url), self._registry, self._clock, self._settings
+                    PeerClient(self._session, url),
+                    self._registry,
+                    self._clock,
+                    self._settings,
+                    notes=self._notes,
                 )
                 self.dispatchers[url] = dispatcher
                 self._runs[url] = asyncio.create_task(dispatcher.run(), name=f"replicate {url}")

@@ -124,7 +124,7 @@ def create_app(
         else None
     )
     app[CREDENTIALS] = Credentials(settings) if settings.secured else None
-    app[CLUSTER] = Cluster(registry, clock, settings)
+    app[CLUSTER] = Cluster(registry, clock, settings, app[NOTES])
     app[DIGESTS] = Digests(registry)
     add_routes(app)
     app.on_shutdown.append(_drain)

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from typing import Any
 
+from registry.codec import wire
 from registry.model import InstanceStatus
 
 
@@ -48,3 +50,32 @@ class OverrideNotes:
                 del self._notes[iid]  # the override it described is gone or changed
             elif note.expires_ms is not None and note.expires_ms <= now_ms:
                 yield iid, note
+
+
+# A note in a replication item (a StatusUpdate), in fields of ours that stock Eureka peers
+# ignore: so every node lists the same note and expires the override on time.
+_REASON, _BY, _SET, _EXPIRES = (
+    "overrideReason",
+    "overrideSetBy",
+    "overrideSetAt",
+    "overrideExpiresAt",
+)
+
+
+def note_fields(note: Note) -> dict[str, Any]:
+    return {_REASON: note.reason, _BY: note.by, _SET: note.set_ms, _EXPIRES: note.expires_ms}
+
+
+def note_from(item: Mapping[str, Any], app: str, status: InstanceStatus) -> Note | None:
+    """The note a replication item carries, if any; BadInput when its fields are malformed."""
+    set_ms = wire.timestamp(item.get(_SET), _SET)
+    if set_ms is None:
+        return None
+    return Note(
+        app,
+        status,
+        wire.text(item, _REASON),
+        set_ms,
+        wire.timestamp(item.get(_EXPIRES), _EXPIRES),
+        wire.text(item, _BY),
+    )

@@ -30,6 +30,30 @@ def item(action: str, iid: str = "i-1", **fields: Any) -> dict[str, Any]:
 
 
 class TestItems:
+    async def test_an_overrides_note_is_taken_and_a_malformed_one_refused(self, client):
+        """Our fields beside a StatusUpdate carry the override's note; one that does not read
+        refuses the item before anything is applied."""
+        await register(client)
+        note = {"overrideReason": "incident", "overrideSetBy": "ops", "overrideSetAt": 5}
+        bad = {**note, "overrideExpiresAt": "tomorrow"}
+        answers = await post_batch(
+            client,
+            [
+                item("StatusUpdate", status="DOWN", **bad),
+                item("StatusUpdate", status="OUT_OF_SERVICE", overrideExpiresAt=9, **note),
+            ],
+        )
+        assert [400, 200] == [a["statusCode"] for a in answers]
+        assert "overrideExpiresAt" in answers[0]["detail"]
+        [listed] = (await fetch_json(client, "/eureka/overrides"))["overrides"]
+        assert ("OUT_OF_SERVICE", "incident", "ops", 5, 9) == (
+            listed["status"],
+            listed["reason"],
+            listed["setBy"],
+            listed["setAt"],
+            listed["expiresAt"],
+        )
+
     async def test_every_action_applies(self, client: TestClient):
         """Register, heartbeat, override set and delete, and cancel, in one batch."""
         doc = instance_doc(iid="i-1", lastDirtyTimestamp=1735689000000)

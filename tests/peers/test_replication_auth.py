@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
+import aiohttp
 import orjson
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
@@ -77,3 +78,33 @@ async def test_a_node_with_a_wrong_peer_credential_is_refused(aiohttp_client, pe
     assert stats.failed >= 1
     assert "peer_credential" in stats.last_error
     assert not has(peer, "i-1")
+
+
+async def test_an_overrides_note_reaches_the_peer_which_expires_it_on_its_own(
+    aiohttp_client, peer, clock
+):
+    """A's override, with its reason, author and expiry, is listed the same on B; with A
+    gone, B still removes it when it expires."""
+    node = await start_node(aiohttp_client, peer, clock, "cluster:peer-pw")
+    await eventually(lambda: node.app[LIFECYCLE].serves_reads)  # type: ignore[index]
+    await register(node)
+    path = "/eureka/apps/ORDERS/i-1/status?value=OUT_OF_SERVICE&reason=incident&expires=10m"
+    assert 200 == (await node.put(path, headers=ADMIN)).status
+    await replicated(node, clock)
+
+    async def listed(server: TestClient | TestServer) -> list[dict[str, object]]:
+        async with (
+            aiohttp.ClientSession() as session,
+            session.get(server.make_url("/eureka/overrides"), headers=ADMIN) as response,
+        ):
+            return (await response.json())["overrides"]  # type: ignore[no-any-return]
+
+    [on_a] = await listed(node)
+    assert ("incident", "ops") == (on_a["reason"], on_a["setBy"])
+    assert [on_a] == await listed(peer)
+
+    await node.close()  # A is gone
+    await clock.advance(9 * 60)
+    assert {"i-1": InstanceStatus.OUT_OF_SERVICE} == dict(registry(peer).overrides())
+    await clock.advance(60 + 1)
+    assert {} == dict(registry(peer).overrides())
