@@ -24,11 +24,21 @@ from registry.lifecycle import Lifecycle
 log = structlog.get_logger()
 
 
+TakeNotes = Callable[[object], None]  # a peer's override notes, as its digest answer lists them
+
+
 async def reconcile(
-    client: PeerClient, registry: Registry, journal: DeltaJournal, digests: Digests, clock: Clock
+    client: PeerClient,
+    registry: Registry,
+    journal: DeltaJournal,
+    digests: Digests,
+    clock: Clock,
+    take_notes: TakeNotes,
 ) -> int:
-    """One round with one peer; how many instances were adopted from it."""
-    theirs = (await client.fetch_digest()).get("applications")
+    """One round with one peer; how many instances were adopted from it. The override notes
+    its answer lists are taken afterwards (for the overrides adopted too)."""
+    answer = await client.fetch_digest()
+    theirs = answer.get("applications")
     if not isinstance(theirs, Mapping):
         raise PeerError(f"{client.url}: the digest answer has no applications")
     ours = digests.current()
@@ -44,6 +54,7 @@ async def reconcile(
                 now_ms=clock.wall_ms(),
                 deleted={app: journal.deleted(app)},
             )
+    take_notes(answer.get("overrideNotes"))
     return adopted
 
 
@@ -54,6 +65,7 @@ async def anti_entropy_forever(
     digests: Digests,
     clock: Clock,
     lifecycle: Lifecycle,
+    take_notes: TakeNotes,
     *,
     interval: float,
 ) -> None:
@@ -61,7 +73,7 @@ async def anti_entropy_forever(
         await clock.sleep(interval)
         for client in peers():
             try:
-                adopted = await reconcile(client, registry, journal, digests, clock)
+                adopted = await reconcile(client, registry, journal, digests, clock, take_notes)
             except PeerSyncing:
                 continue
             except PeerError as exc:

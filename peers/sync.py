@@ -9,6 +9,7 @@ budget, reads stay closed (403, saying why) until anti-entropy reaches a peer or
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Sequence
 
 import structlog
@@ -29,6 +30,7 @@ async def sync_at_start(
     registry: Registry,
     clock: Clock,
     lifecycle: Lifecycle,
+    take_notes: Callable[[object], None],
     *,
     budget: float,
     empty_window: float,
@@ -57,6 +59,8 @@ async def sync_at_start(
                 registry, merge.applications(document), now_ms=clock.wall_ms()
             )
             log.info("peer_sync_done", peer=client.url, instances=copied)
+            with contextlib.suppress(PeerError):  # the notes are worth a try, not a failed sync
+                take_notes((await client.fetch_digest()).get("overrideNotes"))
             lifecycle.synced(f"copied {copied} instances from {client.url}")
             return
         if starting == len(clients):

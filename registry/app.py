@@ -49,7 +49,7 @@ from registry.journal import DeltaJournal
 from registry.lifecycle import Lifecycle, Phase
 from registry.loop_lag import LoopLag
 from registry.metrics import METRICS, InstanceCounts, collector_registry
-from registry.overrides import Note, OverrideNotes
+from registry.overrides import Note, OverrideNotes, notes_from_document
 from registry.preservation import MINUTE, SelfPreservation
 from registry.ratelimit import FetchLimiter
 from registry.request_stats import RequestStats
@@ -204,6 +204,15 @@ def _peers(reload: Reload | None) -> Callable[[web.Application], AsyncIterator[N
         cluster, settings, clock = app[CLUSTER], app[SETTINGS], app[CLOCK]
         registry, lifecycle = app[REGISTRY], app[LIFECYCLE]
         await cluster.start()
+
+        def take_notes(listed: object) -> None:
+            """A peer's override notes, for our overrides that lack them (or have older)."""
+            taken = app[NOTES].take(notes_from_document(listed), registry.overrides())
+            writer = app[WRITER]
+            if writer is not None:
+                for iid in taken:
+                    writer.override_noted(iid)
+
         loops = Loops(clock)
         loops.start(
             lambda: anti_entropy_forever(
@@ -213,6 +222,7 @@ def _peers(reload: Reload | None) -> Callable[[web.Application], AsyncIterator[N
                 app[DIGESTS],
                 clock,
                 lifecycle,
+                take_notes,
                 interval=settings.anti_entropy_interval,
             ),
             name="anti_entropy",
@@ -225,6 +235,7 @@ def _peers(reload: Reload | None) -> Callable[[web.Application], AsyncIterator[N
                     registry,
                     clock,
                     lifecycle,
+                    take_notes,
                     budget=settings.peer_sync_budget,
                     empty_window=settings.peer_sync_empty_window,
                 ),

@@ -8,11 +8,12 @@ longer applies and is not shown or written.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from registry.codec import wire
+from registry.errors import BadInput
 from registry.model import InstanceStatus
 
 
@@ -40,6 +41,26 @@ class OverrideNotes:
         """The note for the override `status` now in force on `instance_id`, if it has one."""
         note = self._notes.get(instance_id)
         return note if note is not None and note.status is status else None
+
+    def in_force(self, overrides: Mapping[str, InstanceStatus]) -> Iterator[tuple[str, Note]]:
+        """The notes of the overrides in force."""
+        for iid, note in self._notes.items():
+            if overrides.get(iid) is note.status:
+                yield iid, note
+
+    def take(
+        self, theirs: Iterable[tuple[str, Note]], overrides: Mapping[str, InstanceStatus]
+    ) -> list[str]:
+        """A peer's notes (its start-up sync or anti-entropy answer), for the overrides in
+        force here with the same status that have no note here or an older one; the ids of
+        those taken."""
+        taken = []
+        for iid, note in theirs:
+            ours = self.of(iid, note.status)
+            if overrides.get(iid) is note.status and (ours is None or ours.set_ms < note.set_ms):
+                self._notes[iid] = note
+                taken.append(iid)
+        return taken
 
     def expired(
         self, overrides: Mapping[str, InstanceStatus], now_ms: int
@@ -79,3 +100,26 @@ def note_from(item: Mapping[str, Any], app: str, status: InstanceStatus) -> Note
         wire.timestamp(item.get(_EXPIRES), _EXPIRES),
         wire.text(item, _BY),
     )
+
+
+def notes_document(notes: OverrideNotes, overrides: Mapping[str, InstanceStatus]) -> list[Any]:
+    """The notes of the overrides in force, as a peer reads them (the digest answer)."""
+    return [
+        {"id": iid, "appName": note.app, "status": note.status.value, **note_fields(note)}
+        for iid, note in notes.in_force(overrides)
+    ]
+
+
+def notes_from_document(listed: object) -> list[tuple[str, Note]]:
+    """A peer's `notes_document`; an entry that does not read is left out."""
+    notes = []
+    for entry in listed if isinstance(listed, list) else ():
+        try:
+            iid, app = wire.text(entry, "id"), wire.text(entry, "appName")
+            status = wire.status(entry.get("status"), "status", default=InstanceStatus.UNKNOWN)
+            note = note_from(entry, app or "", status)
+        except (BadInput, AttributeError):
+            continue
+        if iid and note is not None and status is not InstanceStatus.UNKNOWN:
+            notes.append((iid, note))
+    return notes

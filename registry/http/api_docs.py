@@ -190,7 +190,10 @@ PEER_BATCH = _op(
     {"200": _JSON_DOC, "400": BAD},
     requestBody={"required": True, "content": {"application/json": {}}},
 )
-PEER_DIGEST = _op("Per-application digests, for anti-entropy", {"200": _JSON_DOC})
+PEER_DIGEST = _op(
+    "Per-application digests, for anti-entropy, and the notes of the overrides in force",
+    {"200": _JSON_DOC},
+)
 STATUS_OVERRIDES = _op("Overrides in force, id -> status (as Netflix's server)", {"200": _JSON_DOC})
 HEALTHZ = _op("The process is alive", {"200": _JSON_DOC})
 READYZ = _op(

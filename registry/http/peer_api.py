@@ -33,7 +33,7 @@ from registry.core import Registry
 from registry.http.error_handling import status_for
 from registry.http.negotiation import read_document
 from registry.model import InstanceStatus, ReplicationAction
-from registry.overrides import Note, OverrideNotes, note_from
+from registry.overrides import Note, OverrideNotes, note_from, notes_document
 from registry.store.writer import StoreWriter
 from registry.tasks import Pacer
 
@@ -63,8 +63,14 @@ async def batch(request: web.Request) -> web.Response:
 
 
 async def digests(request: web.Request) -> web.Response:
-    """`{"index": N, "applications": {"APP": "hex", ...}}`."""
-    body = {"index": request.app[REGISTRY].index, "applications": request.app[DIGESTS].current()}
+    """`{"index": N, "applications": {"APP": "hex", ...}, "overrideNotes": [...]}`: the
+    notes of the overrides in force go along, for the peer to take those it lacks."""
+    registry = request.app[REGISTRY]
+    body = {
+        "index": registry.index,
+        "applications": request.app[DIGESTS].current(),
+        "overrideNotes": notes_document(request.app[NOTES], registry.overrides()),
+    }
     return web.Response(body=orjson.dumps(body), content_type="application/json")
 
 

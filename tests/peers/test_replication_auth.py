@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 
 import aiohttp
 import orjson
@@ -42,9 +43,15 @@ async def peer(aiohttp_server: AiohttpServer, clock: FakeClock) -> TestServer:
 
 
 async def start_node(
-    aiohttp_client: AiohttpClient, peer: TestServer, clock: FakeClock, credential: str
+    aiohttp_client: AiohttpClient,
+    peer: TestServer,
+    clock: FakeClock,
+    credential: str,
+    data_dir: str = "data",
 ) -> TestClient:
-    settings = secured(credential, peers=(str(peer.make_url("/eureka/")),))
+    settings = dataclasses.replace(
+        secured(credential, peers=(str(peer.make_url("/eureka/")),)), data_dir=data_dir
+    )
     return await aiohttp_client(create_app(settings, clock=clock))
 
 
@@ -85,7 +92,7 @@ async def test_an_overrides_note_reaches_the_peer_which_expires_it_on_its_own(
 ):
     """A's override, with its reason, author and expiry, is listed the same on B; with A
     gone, B still removes it when it expires."""
-    node = await start_node(aiohttp_client, peer, clock, "cluster:peer-pw")
+    node = await start_node(aiohttp_client, peer, clock, "cluster:peer-pw", data_dir="a")
     await eventually(lambda: node.app[LIFECYCLE].serves_reads)  # type: ignore[index]
     await register(node)
     path = "/eureka/apps/ORDERS/i-1/status?value=OUT_OF_SERVICE&reason=incident&expires=10m"
@@ -108,3 +115,23 @@ async def test_an_overrides_note_reaches_the_peer_which_expires_it_on_its_own(
     assert {"i-1": InstanceStatus.OUT_OF_SERVICE} == dict(registry(peer).overrides())
     await clock.advance(60 + 1)
     assert {} == dict(registry(peer).overrides())
+
+
+async def test_a_node_syncing_at_start_takes_its_peers_override_notes(aiohttp_client, peer, clock):
+    """B holds an override with its note; A, starting with B as its peer, copies B's
+    registry (the override comes with the instance) and takes B's note with it."""
+    body = orjson.dumps({"instance": instance_doc()})
+    path = "/eureka/apps/ORDERS/i-1/status?value=OUT_OF_SERVICE&reason=incident&expires=1h"
+    async with aiohttp.ClientSession() as session:
+        headers = {**CLIENT, "Content-Type": "application/json"}
+        async with session.post(peer.make_url("/eureka/apps/ORDERS"), data=body, headers=headers):
+            pass
+        async with session.put(peer.make_url(path), headers=ADMIN) as response:
+            assert 200 == response.status
+        async with session.get(peer.make_url("/eureka/overrides"), headers=ADMIN) as response:
+            [on_b] = (await response.json())["overrides"]
+    node = await start_node(aiohttp_client, peer, clock, "cluster:peer-pw", data_dir="a")
+    await eventually(lambda: node.app[LIFECYCLE].serves_reads)  # type: ignore[index]
+    [on_a] = (await (await node.get("/eureka/overrides", headers=ADMIN)).json())["overrides"]
+    assert ("incident", "ops") == (on_a["reason"], on_a["setBy"])
+    assert on_b == on_a
