@@ -114,11 +114,13 @@ def notes_from_document(listed: object) -> list[tuple[str, Note]]:
     """A peer's `notes_document`; an entry that does not read is left out."""
     notes = []
     for entry in listed if isinstance(listed, list) else ():
+        if not isinstance(entry, Mapping):
+            continue
         try:
             iid, app = wire.text(entry, "id"), wire.text(entry, "appName")
             status = wire.status(entry.get("status"), "status", default=InstanceStatus.UNKNOWN)
             note = note_from(entry, app or "", status)
-        except (BadInput, AttributeError):
+        except BadInput:
             continue
         if iid and note is not None and status is not InstanceStatus.UNKNOWN:
             notes.append((iid, note))
