@@ -22,7 +22,6 @@ from peers.pending import Task
 from registry.clock import Clock
 from registry.core import Registry
 from registry.model import InstanceStatus, ReplicationAction
-from registry.overrides import OverrideNotes
 from registry.settings import Settings
 
 log = structlog.get_logger()
@@ -36,11 +35,9 @@ class Cluster:
         registry: Registry,
         clock: Clock,
         settings: Settings,
-        notes: OverrideNotes | None = None,
     ) -> None:
         self.dispatchers: dict[str, Dispatcher] = {}
         self._registry = registry
-        self._notes = notes or OverrideNotes()  # sent with the overrides they describe
         self._clock = clock
         self._settings = settings
         self._runs: dict[str, asyncio.Task[None]] = {}
@@ -73,7 +70,6 @@ class Cluster:
                     self._registry,
                     self._clock,
                     self._settings,
-                    notes=self._notes,
                 )
                 self.dispatchers[url] = dispatcher
                 self._runs[url] = asyncio.create_task(dispatcher.run(), name=f"replicate {url}")

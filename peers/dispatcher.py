@@ -30,7 +30,6 @@ from registry.codec import instance_from_wire
 from registry.core import Registry
 from registry.errors import BadInput
 from registry.model import ReplicationAction
-from registry.overrides import OverrideNotes
 from registry.settings import Settings
 from registry.tasks import wait_set
 
@@ -63,11 +62,9 @@ class Dispatcher:
         clock: Clock,
         settings: Settings,
         *,
-        notes: OverrideNotes | None = None,
         rng: random.Random | None = None,
     ) -> None:
         self.peer = peer
-        self._notes = notes or OverrideNotes()
         self.pending = PendingTasks(limit=settings.replication_max_pending)
         self.stats = PeerStats()
         self._registry = registry
@@ -153,7 +150,7 @@ class Dispatcher:
         now_ms = self._clock.wall_ms()
         batch: list[tuple[Task, dict[str, Any]]] = []
         for task in tasks:
-            item = items.encode(task, self._registry, self._notes, now_ms=now_ms)
+            item = items.encode(task, self._registry, now_ms=now_ms)
             if item is not None:
                 batch.append((task, item))
         if not batch:

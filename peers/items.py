@@ -14,14 +14,12 @@ from registry.codec import json_codec
 from registry.core import Registry
 from registry.errors import UnknownInstance
 from registry.model import InstanceStatus, ReplicationAction
-from registry.overrides import OverrideNotes, note_fields
+from registry.overrides import note_fields
 
 _A = ReplicationAction
 
 
-def encode(
-    task: Task, registry: Registry, notes: OverrideNotes, *, now_ms: int
-) -> dict[str, Any] | None:
+def encode(task: Task, registry: Registry, *, now_ms: int) -> dict[str, Any] | None:
     """The batch item for `task`, or None when there is nothing left to send. An override's
     item carries its note (reason, author, when set, expiry) in fields of ours, which stock
     Eureka peers ignore: every node then lists the same note and expires it on time."""
@@ -41,7 +39,7 @@ def encode(
     elif task.action is not _A.CANCEL:
         item["lastDirtyTimestamp"] = task.last_dirty_ms
         item["status"] = (task.status or InstanceStatus.UNKNOWN).value
-        note = notes.of(task.instance_id, task.status) if task.status is not None else None
+        note = registry.notes.of(task.instance_id, task.status) if task.status else None
         if task.action is _A.STATUS_UPDATE and note is not None:
             item |= note_fields(note)
     item["action"] = task.action.value

@@ -28,7 +28,6 @@ from registry.appkeys import (
     LIFECYCLE,
     LIMITER,
     LOOP_LAG,
-    NOTES,
     PRESERVATION,
     REGISTRY,
     REQUESTS,
@@ -49,7 +48,7 @@ from registry.journal import DeltaJournal
 from registry.lifecycle import Lifecycle, Phase
 from registry.loop_lag import LoopLag
 from registry.metrics import METRICS, InstanceCounts, collector_registry
-from registry.overrides import Note, OverrideNotes, notes_from_document
+from registry.overrides import notes_from_document
 from registry.preservation import MINUTE, SelfPreservation
 from registry.ratelimit import FetchLimiter
 from registry.request_stats import RequestStats
@@ -112,7 +111,6 @@ def create_app(
     app[FEED] = feed
     app[WRITER] = None
     app[RESTORED] = 0
-    app[NOTES] = OverrideNotes()
     app[METRICS] = collector_registry(app, counts)
     app[STARTED_AT] = clock.monotonic()
     app[LIFECYCLE] = Lifecycle()
@@ -124,7 +122,7 @@ def create_app(
         else None
     )
     app[CREDENTIALS] = Credentials(settings) if settings.secured else None
-    app[CLUSTER] = Cluster(registry, clock, settings, app[NOTES])
+    app[CLUSTER] = Cluster(registry, clock, settings)
     app[DIGESTS] = Digests(registry)
     add_routes(app)
     app.on_shutdown.append(_drain)
@@ -207,7 +205,7 @@ def _peers(reload: Reload | None) -> Callable[[web.Application], AsyncIterator[N
 
         def take_notes(listed: object) -> None:
             """A peer's override notes, for our overrides that lack them (or have older)."""
-            taken = app[NOTES].take(notes_from_document(listed), registry.overrides())
+            taken = registry.take_notes(notes_from_document(listed))
             writer = app[WRITER]
             if writer is not None:
                 for iid in taken:
@@ -300,13 +298,12 @@ async def _store(app: web.Application) -> AsyncIterator[None]:
         return
 
     def late_restore(snapshot: Snapshot, removed: set[InstanceKey], gone: set[str]) -> None:
-        restore_missing(registry, app[NOTES], snapshot, removed, gone, now_ms=clock.wall_ms())
+        restore_missing(registry, snapshot, removed, gone, now_ms=clock.wall_ms())
 
     writer = app[WRITER] = StoreWriter(
         Path(settings.data_dir) / "registry.db",
         registry,
         clock,
-        notes=app[NOTES],
         late_restore=late_restore,
         busy_timeout_ms=int(settings.store_busy_timeout * 1000),
     )
@@ -315,11 +312,6 @@ async def _store(app: web.Application) -> AsyncIterator[None]:
     with heap.collections_paused(then_freeze=settings.gc_freeze_interval > 0):
         snapshot = await writer.open()  # None: unavailable; degraded until a flush opens it
         if snapshot is not None:
-            for o in snapshot.overrides:
-                app[NOTES].note(
-                    o.instance_id,
-                    Note(o.app, o.status, o.reason, o.set_ms, o.expires_ms, o.set_by),
-                )
             app[RESTORED] = restore(registry, app[JOURNAL], snapshot, now_ms=clock.wall_ms())
             app[LIFECYCLE].move(
                 Phase.RESTORING, f"restored {app[RESTORED]} instances from {writer.path}"
@@ -339,14 +331,13 @@ async def _store(app: web.Application) -> AsyncIterator[None]:
 
 
 async def _override_expiry(app: web.Application) -> AsyncIterator[None]:
-    """Remove overrides whose expiry has come, as an admin's DELETE would (status UNKNOWN)."""
-    clock, registry, notes = app[CLOCK], app[REGISTRY], app[NOTES]
+    """Every second, the core removes the overrides whose expiry has come, as an admin's
+    DELETE would (status UNKNOWN); the store records why they went."""
+    clock, registry = app[CLOCK], app[REGISTRY]
 
     def expire() -> None:
         now_ms = clock.wall_ms()
-        for iid, note in list(notes.expired(registry.overrides(), now_ms)):
-            app_name = registry.expire_override(iid, now_ms=now_ms) or note.app
-            notes.forget(iid)
+        for app_name, iid in registry.expire_due(now_ms=now_ms):
             writer = app[WRITER]
             if writer is not None:
                 writer.override_gone(OverrideGone(app_name, iid, now_ms, action="expired"))

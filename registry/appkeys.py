@@ -15,7 +15,6 @@ from registry.feed import ChangeFeed
 from registry.journal import DeltaJournal
 from registry.lifecycle import Lifecycle
 from registry.loop_lag import LoopLag
-from registry.overrides import OverrideNotes
 from registry.preservation import SelfPreservation
 from registry.ratelimit import FetchLimiter
 from registry.request_stats import RequestStats
@@ -38,7 +37,6 @@ FEED = web.AppKey("feed", ChangeFeed)
 # The store's writer; None when the store is off, or could not be opened (then say why).
 WRITER: web.AppKey[StoreWriter | None] = web.AppKey("writer")
 RESTORED = web.AppKey("restored", int)  # instances a warm restart brought back
-NOTES = web.AppKey("notes", OverrideNotes)  # overrides' reasons and expiries
 STARTED_AT = web.AppKey("started_at", float)  # monotonic seconds, for uptime
 # Per-client fetch buckets; None when fetch_rate_limit is 0
 LIMITER: web.AppKey[FetchLimiter | None] = web.AppKey("limiter")

@@ -31,6 +31,7 @@ from registry.model import (
     Lease,
     ReplicationAction,
 )
+from registry.overrides import Note, OverrideNotes
 from rules import CHAIN, Decision, decide, interned
 
 log = structlog.get_logger()
@@ -84,6 +85,9 @@ class Registry:
     ) -> None:
         self._apps: dict[str, dict[str, Lease]] = {}
         self._overrides: dict[str, InstanceStatus] = {}
+        # What the admin said with each override (why, when, until when, who): read it here,
+        # change it only through the commands.
+        self.notes = OverrideNotes()
         self._listeners: list[Listener] = []
         self._loaded: list[Loaded] = []
         self._legacy = legacy_lease_expiry
@@ -222,10 +226,18 @@ class Registry:
         log.debug("instances_loaded", instances=count)
         return count
 
-    def restore(self, overrides: Mapping[str, InstanceStatus], index: int) -> None:
-        """Take a store's overrides and index (a warm restart), before its instances come back:
-        restored instances then show their overrides, and the index never goes backwards."""
+    def restore(
+        self,
+        overrides: Mapping[str, InstanceStatus],
+        index: int,
+        notes: Iterable[tuple[str, Note]] = (),
+    ) -> None:
+        """Take a store's overrides, their notes and index (a warm restart), before its
+        instances come back: restored instances then show their overrides, and the index never
+        goes backwards."""
         self._overrides.update(overrides)
+        for iid, note in notes:
+            self.notes.note(iid, note)
         self.index = max(self.index, index)
 
     def adopt(self, instance: InstanceInfo, *, now_ms: int, last_renewal_ms: int) -> bool:
@@ -313,8 +325,10 @@ class Registry:
         now_ms: int,
         last_dirty_ms: int | None = None,
         is_replication: bool = False,
+        note: Note | None = None,
     ) -> None:
-        """An admin forces a status (contract 6.5); it holds until deleted or cancelled.
+        """An admin forces a status (contract 6.5), with what the admin said (`note`); it holds
+        until an admin deletes it or its expiry comes.
 
         Unlike Eureka the override is stored even when the instance already has that status, so
         the admin's decision survives the instance's own status changes. A repeated call is
@@ -323,6 +337,8 @@ class Registry:
         lease = self._live_lease(app, instance_id, now_ms)
         lease.renew(now_ms, self._legacy)
         self._set_override(lease, status, now_ms, last_dirty_ms)
+        if note is not None:
+            self.notes.note(instance_id, note)
         if self.outbox is not None and not is_replication:
             self.outbox(_A.STATUS_UPDATE, app, instance_id, status, lease.instance.last_dirty_ms)
 
@@ -364,12 +380,14 @@ class Registry:
         """
         if not self._holds(app, instance_id, now_ms) and instance_id in self._overrides:
             del self._overrides[instance_id]
+            self.notes.forget(instance_id)
             log.info("override_deleted", app=app, instance_id=instance_id, instance="gone")
             if self.outbox is not None and not is_replication:
                 self.outbox(_A.DELETE_STATUS_OVERRIDE, app, instance_id, status, last_dirty_ms)
             return
         lease = self._live_lease(app, instance_id, now_ms)
         lease.renew(now_ms, self._legacy)
+        self.notes.forget(instance_id)
         if self._overrides.pop(instance_id, None) is not None:
             lease.decision = _admin("an admin's override deleted", status)
             self._change(
@@ -385,11 +403,25 @@ class Registry:
                 _A.DELETE_STATUS_OVERRIDE, app, instance_id, status, lease.instance.last_dirty_ms
             )
 
+    def expire_due(self, *, now_ms: int) -> list[tuple[str, str]]:
+        """Remove every override whose expiry has come (see `expire_override`); the
+        (application, instance id) of each. Driven by the clock, once a second."""
+        expired = []
+        for iid, note in list(self.notes.expired(self._overrides, now_ms)):
+            expired.append((self.expire_override(iid, now_ms=now_ms) or note.app, iid))
+        return expired
+
+    def take_notes(self, theirs: Iterable[tuple[str, Note]]) -> list[str]:
+        """A peer's notes, for the overrides held here with the same status that lack one or
+        hold an older one (start-up sync, anti-entropy); the instance ids of those taken."""
+        return self.notes.take(theirs, self._overrides)
+
     def expire_override(self, instance_id: str, *, now_ms: int) -> str | None:
         """An override's expiry came: remove it as an admin's DELETE without a value would
         (status UNKNOWN, so the next heartbeat re-registers), without renewing the lease, even
         if it has lapsed. Returns the application of the instance it was on, or None when no
         instance holds the id (it was evicted: the override just goes)."""
+        self.notes.forget(instance_id)
         if self._overrides.pop(instance_id, None) is None:
             return None
         lease = next(

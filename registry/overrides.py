@@ -1,9 +1,11 @@
 """What an admin said with an override: why, when, until when, and who.
 
-The registry holds each override's status (the rule chain reads only that); these notes hold
-the rest, keyed by instance id. A note belongs to the status it was given for: when the
-override changes without one (a peer's call, an admin who gave no reason), the old note no
-longer applies and is not shown or written.
+The registry holds each override's status (the rule chain reads only that) and, in
+`Registry.notes`, these notes of the rest, keyed by instance id: set, taken from peers,
+forgotten and expired only through the registry's commands. A note belongs to the status it
+was given for: when the override changes without one (an admin who gave no reason), the old
+note no longer applies and is not shown or written. Notes travel to peers beside the
+replicated override and in the digest answer (the wire fields below).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ from __future__ import annotations
 import orjson
 from aiohttp import web
 
-from registry.appkeys import CLOCK, NOTES, REGISTRY, WRITER
+from registry.appkeys import CLOCK, REGISTRY, WRITER
 from registry.codec import wire
 from registry.core import Registry
 from registry.errors import BadInput, NotServed, StoreUnavailable, UnknownInstance
@@ -29,9 +29,8 @@ async def set_status_override(request: web.Request) -> web.Response:
         now_ms=now_ms,
         last_dirty_ms=params.last_dirty_ms(query),
         is_replication=params.is_replication(request),
+        note=Note(app, status, reason, now_ms, expires_ms, by=_admin(request)),
     )
-    note = Note(app, status, reason, now_ms, expires_ms, by=_admin(request))
-    request.app[NOTES].note(iid, note)
     writer = request.app[WRITER]
     if writer is not None:
         writer.override_noted(iid)
@@ -56,7 +55,6 @@ async def delete_status_override(request: web.Request) -> web.Response:
         last_dirty_ms=params.last_dirty_ms(params.query_string(request)),
         is_replication=params.is_replication(request),
     )
-    request.app[NOTES].forget(iid)
     writer, by = request.app[WRITER], _admin(request)
     if writer is not None and by is not None and had_one:
         writer.override_gone(OverrideGone(app, iid, now_ms, by=by))
@@ -94,7 +92,8 @@ async def status_overrides(request: web.Request) -> web.Response:
 
 async def overrides(request: web.Request) -> web.Response:
     """GET {base}overrides: every override in force, with why, since when and until when."""
-    registry, notes = request.app[REGISTRY], request.app[NOTES]
+    registry = request.app[REGISTRY]
+    notes = registry.notes
     listed = []
     for iid, status in registry.overrides().items():
         note = notes.of(iid, status)
@@ -139,7 +138,7 @@ async def explain(request: web.Request) -> web.Response:
         params.app_name(request), request.match_info["id"], now_ms=request.app[CLOCK].wall_ms()
     )
     instance, decision = lease.instance, lease.decision
-    note = request.app[NOTES].of(instance.instance_id, instance.overridden_status)
+    note = request.app[REGISTRY].notes.of(instance.instance_id, instance.overridden_status)
     body: dict[str, object] = {
         "app": instance.app,
         "instanceId": instance.instance_id,

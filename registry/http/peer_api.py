@@ -19,7 +19,6 @@ GET peerreplication/digest: per-application digests (peers/digest.py).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -27,13 +26,13 @@ import structlog
 from aiohttp import web
 
 from registry import errors
-from registry.appkeys import CLOCK, DIGESTS, NOTES, REGISTRY, WRITER
+from registry.appkeys import CLOCK, DIGESTS, REGISTRY, WRITER
 from registry.codec import instance_from_wire, json_codec, wire
 from registry.core import Registry
 from registry.http.error_handling import status_for
 from registry.http.negotiation import read_document
 from registry.model import InstanceStatus, ReplicationAction
-from registry.overrides import Note, OverrideNotes, note_from, notes_document
+from registry.overrides import note_from, notes_document
 from registry.store.writer import StoreWriter
 from registry.tasks import Pacer
 
@@ -48,13 +47,13 @@ async def batch(request: web.Request) -> web.Response:
     if not isinstance(items, list):
         raise errors.BadInput("replicationList", 'the body must be {"replicationList": [...]}')
     registry, clock = request.app[REGISTRY], request.app[CLOCK]
-    overrides = _Overrides(request.app[NOTES], request.app[WRITER])
+    writer = request.app[WRITER]
     # A large batch (a peer's registration storm) is applied a slice at a time, so it never
     # holds the loop for long; after each turn the loop had, the time is read again.
     pacer, now_ms = Pacer(), clock.wall_ms()
     answers = []
     for item in items:
-        answers.append(answer(registry, overrides, item, now_ms))
+        answers.append(answer(registry, writer, item, now_ms))
         if await pacer.pace():
             now_ms = clock.wall_ms()
     return web.Response(
@@ -69,28 +68,17 @@ async def digests(request: web.Request) -> web.Response:
     body = {
         "index": registry.index,
         "applications": request.app[DIGESTS].current(),
-        "overrideNotes": notes_document(request.app[NOTES], registry.overrides()),
+        "overrideNotes": notes_document(registry.notes, registry.overrides()),
     }
     return web.Response(body=orjson.dumps(body), content_type="application/json")
 
 
-@dataclass(frozen=True)
-class _Overrides:
-    """Where an override's note goes besides the registry: the notes, and the store."""
-
-    notes: OverrideNotes
-    writer: StoreWriter | None
-
-    def noted(self, instance_id: str, note: Note) -> None:
-        self.notes.note(instance_id, note)
-        if self.writer is not None:
-            self.writer.override_noted(instance_id)
-
-
-def answer(registry: Registry, overrides: _Overrides, item: object, now_ms: int) -> dict[str, Any]:
+def answer(
+    registry: Registry, writer: StoreWriter | None, item: object, now_ms: int
+) -> dict[str, Any]:
     """Apply one item; its entry in `responseList`."""
     try:
-        apply(registry, overrides, item, now_ms)
+        apply(registry, writer, item, now_ms)
     except errors.StaleReplica as stale:
         return {"statusCode": 409, "responseEntity": json_codec.instance_dict(stale.lease)}
     except errors.RegistryError as exc:
@@ -106,7 +94,7 @@ def answer(registry: Registry, overrides: _Overrides, item: object, now_ms: int)
     return {"statusCode": 200}
 
 
-def apply(registry: Registry, overrides: _Overrides, item: object, now_ms: int) -> None:
+def apply(registry: Registry, writer: StoreWriter | None, item: object, now_ms: int) -> None:
     """Run the command one item describes, as a replication; raises what the command raises."""
     if not isinstance(item, Mapping):
         raise errors.BadInput("replicationList[]", "each item must be an object")
@@ -135,16 +123,21 @@ def apply(registry: Registry, overrides: _Overrides, item: object, now_ms: int) 
             raise errors.BadInput("status", "a StatusUpdate item must name a status")
         note = note_from(item, app, status)  # read before anything is applied
         registry.set_status_override(
-            app, iid, status, now_ms=now_ms, last_dirty_ms=last_dirty_ms, is_replication=True
+            app,
+            iid,
+            status,
+            now_ms=now_ms,
+            last_dirty_ms=last_dirty_ms,
+            is_replication=True,
+            note=note,
         )
-        if note is not None:
-            overrides.noted(iid, note)
+        if note is not None and writer is not None:
+            writer.override_noted(iid)  # the store writes the note even with the status it has
     else:
         status = wire.status(item.get("status"), "status", default=InstanceStatus.UNKNOWN)
         registry.delete_status_override(
             app, iid, now_ms=now_ms, status=status, last_dirty_ms=last_dirty_ms, is_replication=True
         )
-        overrides.notes.forget(iid)
 
 
 def _required_text(item: Mapping[str, Any], key: str) -> str:

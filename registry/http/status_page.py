@@ -19,7 +19,7 @@ from typing import Any
 
 from aiohttp import web
 
-from registry.appkeys import CLOCK, LIFECYCLE, NOTES, REGISTRY
+from registry.appkeys import CLOCK, LIFECYCLE, REGISTRY
 from registry.http import auth, server_info
 from registry.http.error_handling import no_such_endpoint
 from registry.model import InstanceStatus, Lease
@@ -51,7 +51,8 @@ _STATUS_OPTIONS = "".join(f'<option value="{s.value}">{s.value}</option>' for s 
 
 async def page(request: web.Request) -> web.Response:
     """GET /: the status page (HTML)."""
-    registry, notes = request.app[REGISTRY], request.app[NOTES]
+    registry = request.app[REGISTRY]
+    notes = registry.notes
     now_ms = request.app[CLOCK].wall_ms()
     admin = auth.may_administer(request)
     leases = sorted(

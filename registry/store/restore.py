@@ -13,21 +13,25 @@ by the epoch, which clients should send.)
 
 from __future__ import annotations
 
-from collections.abc import Set
+from collections.abc import Iterable, Set
 
 import structlog
 
 from registry.core import Registry
 from registry.journal import DeltaJournal
-from registry.overrides import Note, OverrideNotes
-from registry.store.sqlite import Snapshot
+from registry.overrides import Note
+from registry.store.sqlite import Snapshot, StoredOverride
 
 log = structlog.get_logger()
 
 
 def restore(registry: Registry, journal: DeltaJournal, snapshot: Snapshot, *, now_ms: int) -> int:
     """Load `snapshot` into an empty registry; returns how many instances came back."""
-    registry.restore({o.instance_id: o.status for o in snapshot.overrides}, snapshot.index)
+    registry.restore(
+        {o.instance_id: o.status for o in snapshot.overrides},
+        snapshot.index,
+        notes_of(snapshot.overrides),
+    )
     # At the time the store read them as registered: most need not be made again.
     now_ms = snapshot.registered_ms or now_ms
     registry.load(snapshot.instances, now_ms=now_ms)
@@ -45,7 +49,6 @@ def restore(registry: Registry, journal: DeltaJournal, snapshot: Snapshot, *, no
 
 def restore_missing(
     registry: Registry,
-    notes: OverrideNotes,
     snapshot: Snapshot,
     removed: Set[tuple[str, str]],
     overrides_removed: Set[str],
@@ -62,9 +65,7 @@ def restore_missing(
         for o in snapshot.overrides
         if o.instance_id not in present and o.instance_id not in overrides_removed
     ]
-    registry.restore({o.instance_id: o.status for o in missing}, 0)
-    for o in missing:
-        notes.note(o.instance_id, Note(o.app, o.status, o.reason, o.set_ms, o.expires_ms, o.set_by))
+    registry.restore({o.instance_id: o.status for o in missing}, 0, notes_of(missing))
     count = 0
     for instance in snapshot.instances:
         key = (instance.app, instance.instance_id)
@@ -77,3 +78,10 @@ def restore_missing(
         count += 1
     log.info("store_restored_late", instances=count, overrides=len(missing))
     return count
+
+
+def notes_of(overrides: Iterable[StoredOverride]) -> list[tuple[str, Note]]:
+    return [
+        (o.instance_id, Note(o.app, o.status, o.reason, o.set_ms, o.expires_ms, o.set_by))
+        for o in overrides
+    ]

@@ -31,7 +31,6 @@ from registry.clock import Clock
 from registry.core import Registry
 from registry.errors import UnknownInstance
 from registry.model import ActionType, ChangeEvent, InstanceStatus, LeaseRecord, LeaseSnapshot
-from registry.overrides import OverrideNotes
 from registry.store.sqlite import (
     BUSY_TIMEOUT_MS,
     Batch,
@@ -61,12 +60,10 @@ class StoreWriter:
         registry: Registry,
         clock: Clock,
         *,
-        notes: OverrideNotes | None = None,
         late_restore: LateRestore | None = None,
         busy_timeout_ms: int = BUSY_TIMEOUT_MS,
     ) -> None:
         self.path = path
-        self._notes = notes or OverrideNotes()
         self._registry = registry
         self._clock = clock
         self._busy_timeout_ms = busy_timeout_ms
@@ -284,7 +281,7 @@ class StoreWriter:
                 self._overrides.pop(iid, None)  # set and gone before it was ever written
 
     def _stored(self, iid: str, status: InstanceStatus, now_ms: int) -> StoredOverride:
-        note = self._notes.of(iid, status)
+        note = self._registry.notes.of(iid, status)
         if note is None:
             return StoredOverride(self._app_of(iid), iid, status, None, now_ms, None)
         return StoredOverride(

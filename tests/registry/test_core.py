@@ -9,6 +9,7 @@ import pytest
 from registry.core import Registry
 from registry.errors import StaleReplica, UnknownInstance
 from registry.model import ActionType, ChangeEvent, DataCenterInfo, InstanceInfo, InstanceStatus
+from registry.overrides import Note
 
 S = InstanceStatus
 T0 = 1_735_689_000_000
@@ -299,6 +300,41 @@ class TestCancel:
         assert {} == dict(registry.overrides())
         with pytest.raises(UnknownInstance):  # neither an instance nor an override
             registry.delete_status_override("ORDERS", "i-1", now_ms=T0 + 200_003)
+
+
+class TestOverrideNotes:
+    """What the admin said with an override is the core's: set, taken from a peer, forgotten
+    with the override, and its expiry a core command on the clock's time."""
+
+    def note(self, status: S = S.OUT_OF_SERVICE, expires_ms: int | None = T0 + 60_000) -> Note:
+        return Note("ORDERS", status, "incident", T0, expires_ms, "ops")
+
+    def test_a_note_comes_with_its_override_and_goes_with_it(self, registry):
+        registry.register(make(), now_ms=T0)
+        registry.set_status_override("ORDERS", "i-1", S.OUT_OF_SERVICE, now_ms=T0, note=self.note())
+        assert self.note() == registry.notes.of("i-1", S.OUT_OF_SERVICE)
+        registry.cancel("ORDERS", "i-1", now_ms=T0 + 1)  # the override and its note stay
+        assert self.note() == registry.notes.of("i-1", S.OUT_OF_SERVICE)
+        registry.delete_status_override("ORDERS", "i-1", now_ms=T0 + 2)
+        assert None is registry.notes.of("i-1", S.OUT_OF_SERVICE)
+
+    def test_overrides_expire_when_their_time_comes_and_not_before(self, registry):
+        registry.register(make("a"), now_ms=T0)
+        registry.register(make("b"), now_ms=T0)
+        registry.set_status_override("ORDERS", "a", S.OUT_OF_SERVICE, now_ms=T0, note=self.note())
+        registry.set_status_override(
+            "ORDERS", "b", S.OUT_OF_SERVICE, now_ms=T0, note=self.note(expires_ms=None)
+        )
+        assert [] == registry.expire_due(now_ms=T0 + 59_999)
+        assert [("ORDERS", "a")] == registry.expire_due(now_ms=T0 + 60_000)
+        assert {"b": S.OUT_OF_SERVICE} == dict(registry.overrides())
+        assert S.UNKNOWN is registry.get("ORDERS", "a", now_ms=T0 + 60_000).instance.status
+
+    def test_a_peers_note_is_taken_for_an_override_held_here(self, registry):
+        registry.register(make(overridden_status=S.OUT_OF_SERVICE), now_ms=T0, is_replication=True)
+        theirs = [("i-1", self.note()), ("i-2", self.note())]
+        assert ["i-1"] == registry.take_notes(theirs)
+        assert self.note() == registry.notes.of("i-1", S.OUT_OF_SERVICE)
 
 
 class TestOverrides:
