@@ -16,7 +16,7 @@ import functools
 import re
 import sys
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypeGuard
 
 from multidict import istr
 
@@ -169,11 +169,17 @@ def lease_numbers(lease: LeaseRecord) -> tuple[int, int, int, int, int, int]:
     )
 
 
+def _clean(value: object) -> TypeGuard[str]:
+    """A string to take as it is, checked at once: the usual case, and a registration reads
+    twenty of them."""
+    return type(value) is str and len(value) <= _MAX_TEXT and not _NOT_XML.search(value)
+
+
 def text(d: Mapping[str, Any], key: str, field: str | None = None) -> str | None:
     """A string field; numbers and booleans are taken as their text, null as absent."""
     value = d.get(key)
-    if type(value) is str and len(value) <= _MAX_TEXT and not _NOT_XML.search(value):
-        return value  # the usual case, checked at once: a registration reads twenty of these
+    if _clean(value):
+        return value  # the usual case
     if value is None:
         return None
     if isinstance(value, bool):
@@ -308,8 +314,8 @@ def _metadata(value: object, field: str) -> dict[str, str]:
             raise BadInput(field, "keys must not be empty")
         check_text(key, field)
         item = d[key]
-        if type(item) is str and len(item) <= _MAX_TEXT and not _NOT_XML.search(item):
-            item_text: str | None = item  # the usual case (see `text`)
+        if _clean(item):
+            item_text: str | None = item
         else:
             item_text = text(d, key, f"{field}.{key}")  # converted, or refused with its name
         if item_text is not None:

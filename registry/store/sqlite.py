@@ -217,17 +217,15 @@ class Store:
                 await _record(db, override.set_ms, "set", override)
             for gone in batch.overrides_gone:
                 await db.execute("DELETE FROM overrides WHERE id = ?", (gone.instance_id,))
-                await db.execute(
-                    "INSERT INTO override_history (at_ms, action, app, id, actor) "
-                    "VALUES (?, ?, ?, ?, ?)",
-                    (gone.at_ms, gone.action, gone.app, gone.instance_id, gone.by),
-                )
-            for event in batch.history:
-                await db.execute(
-                    "INSERT INTO override_history (at_ms, action, app, id, actor) "
-                    "VALUES (?, ?, ?, ?, ?)",
-                    (event.at_ms, event.action, event.app, event.instance_id, event.by),
-                )
+            # Why each went, and what happened to those that stay: history rows.
+            await db.executemany(
+                "INSERT INTO override_history (at_ms, action, app, id, actor) "
+                "VALUES (?, ?, ?, ?, ?)",
+                [
+                    (event.at_ms, event.action, event.app, event.instance_id, event.by)
+                    for event in (*batch.overrides_gone, *batch.history)
+                ],
+            )
             await db.executemany(
                 "INSERT OR REPLACE INTO meta VALUES (?, ?)",
                 [("index", str(batch.index)), ("epoch", batch.epoch)],
