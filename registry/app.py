@@ -54,7 +54,7 @@ from registry.ratelimit import FetchLimiter
 from registry.request_stats import RequestStats
 from registry.settings import Settings
 from registry.store.restore import restore, restore_missing
-from registry.store.sqlite import OverrideGone, Snapshot
+from registry.store.sqlite import Snapshot
 from registry.store.writer import InstanceKey, StoreWriter
 from registry.tasks import Loops, Pacer
 
@@ -205,11 +205,7 @@ def _peers(reload: Reload | None) -> Callable[[web.Application], AsyncIterator[N
 
         def take_notes(listed: object) -> None:
             """A peer's override notes, for our overrides that lack them (or have older)."""
-            taken = registry.take_notes(notes_from_document(listed))
-            writer = app[WRITER]
-            if writer is not None:
-                for iid in taken:
-                    writer.override_noted(iid)
+            registry.take_notes(notes_from_document(listed))
 
         loops = Loops(clock)
         loops.start(
@@ -316,7 +312,7 @@ async def _store(app: web.Application) -> AsyncIterator[None]:
             app[LIFECYCLE].move(
                 Phase.RESTORING, f"restored {app[RESTORED]} instances from {writer.path}"
             )
-    registry.subscribe(writer.on_change)
+    registry.subscribe(writer.on_change, overrides=writer.on_override)
     retention_ms = int(settings.override_history_retention * 1000)
 
     async def forget_old_history() -> None:
@@ -332,18 +328,10 @@ async def _store(app: web.Application) -> AsyncIterator[None]:
 
 async def _override_expiry(app: web.Application) -> AsyncIterator[None]:
     """Every second, the core removes the overrides whose expiry has come, as an admin's
-    DELETE would (status UNKNOWN); the store records why they went."""
+    DELETE would (status UNKNOWN)."""
     clock, registry = app[CLOCK], app[REGISTRY]
-
-    def expire() -> None:
-        now_ms = clock.wall_ms()
-        for app_name, iid in registry.expire_due(now_ms=now_ms):
-            writer = app[WRITER]
-            if writer is not None:
-                writer.override_gone(OverrideGone(app_name, iid, now_ms, action="expired"))
-
     loops = Loops(clock)
-    loops.every(1.0, expire, name="override_expiry")
+    loops.every(1.0, lambda: registry.expire_due(now_ms=clock.wall_ms()), name="override_expiry")
     yield
     await loops.stop()
 

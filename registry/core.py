@@ -3,7 +3,9 @@
 Every command is a plain synchronous method that takes the time as an argument, so commands are
 atomic with respect to each other on the event loop and never await. Each change gets the next
 registry index and is handed, as a `ChangeEvent`, to the subscribers (delta journal, response
-cache), which never reach into the dictionaries here.
+cache, store writer), which never reach into the dictionaries here. Every change to an
+override or its note is also handed, as an `OverrideChange`, to the override subscribers (the
+store writer): what changed, and who did it.
 
 Commands that arrive from clients (not from peers) are also handed to the `outbox`, which
 replicates them. That is a separate hook because replication needs what events do not carry:
@@ -31,12 +33,13 @@ from registry.model import (
     Lease,
     ReplicationAction,
 )
-from registry.overrides import Note, OverrideNotes
+from registry.overrides import Note, OverrideAction, OverrideChange, OverrideNotes
 from rules import CHAIN, Decision, decide, interned
 
 log = structlog.get_logger()
 
 Listener = Callable[[ChangeEvent], None]
+OverrideListener = Callable[[OverrideChange], None]
 Loaded = Callable[["Registry"], None]  # after a bulk load: take the registry as it now is
 
 
@@ -56,6 +59,7 @@ class Outbox(Protocol):
 _UP = InstanceStatus.UP
 _UNKNOWN = InstanceStatus.UNKNOWN
 _A = ReplicationAction
+_O = OverrideAction
 
 
 _Decided = tuple[InstanceStatus, Decision]  # the chain's answer, and why
@@ -89,6 +93,7 @@ class Registry:
         # change it only through the commands.
         self.notes = OverrideNotes()
         self._listeners: list[Listener] = []
+        self._override_listeners: list[OverrideListener] = []
         self._loaded: list[Loaded] = []
         self._legacy = legacy_lease_expiry
         self._sync_dirty = sync_when_timestamp_differs
@@ -104,12 +109,21 @@ class Registry:
         self._hash = (-1, "")  # (index, reconcile hash at that index)
         self.outbox: Outbox | None = None
 
-    def subscribe(self, listener: Listener, loaded: Loaded | None = None) -> None:
-        """Call `listener` with every change from now on, synchronously, in index order, and
-        `loaded` (when given) after a bulk `load`, which makes no event per instance."""
+    def subscribe(
+        self,
+        listener: Listener,
+        loaded: Loaded | None = None,
+        *,
+        overrides: OverrideListener | None = None,
+    ) -> None:
+        """Call `listener` with every change from now on, synchronously, in index order,
+        `loaded` (when given) after a bulk `load`, which makes no event per instance, and
+        `overrides` (when given) with every change to an override or its note."""
         self._listeners.append(listener)
         if loaded is not None:
             self._loaded.append(loaded)
+        if overrides is not None:
+            self._override_listeners.append(overrides)
 
     # Commands ----------------------------------------------------------------------------
 
@@ -142,9 +156,10 @@ class Registry:
             )
             registrant = existing.instance
         iid = registrant.instance_id
-        if registrant.overridden_status is not _UNKNOWN:
+        if registrant.overridden_status is not _UNKNOWN and iid not in self._overrides:
             # How peers hand over an override: it comes in the registration itself.
-            self._overrides.setdefault(iid, registrant.overridden_status)
+            self._overrides[iid] = registrant.overridden_status
+            self._told(_O.SET, registrant.app, iid, now_ms)
         override = self._overrides.get(iid)
         status, decision = decide(
             CHAIN,
@@ -234,7 +249,7 @@ class Registry:
     ) -> None:
         """Take a store's overrides, their notes and index (a warm restart), before its
         instances come back: restored instances then show their overrides, and the index never
-        goes backwards."""
+        goes backwards. No override subscriber is told: the store holds them already."""
         self._overrides.update(overrides)
         for iid, note in notes:
             self.notes.note(iid, note)
@@ -251,10 +266,13 @@ class Registry:
         existing = self._apps.get(instance.app, {}).get(iid)
         if existing is not None and existing.instance.last_dirty_ms > instance.last_dirty_ms:
             return False
-        if instance.overridden_status is _UNKNOWN:
-            self._overrides.pop(iid, None)
-        else:
-            self._overrides[iid] = instance.overridden_status
+        theirs = instance.overridden_status
+        if theirs is _UNKNOWN:
+            if self._overrides.pop(iid, None) is not None:
+                self._told(_O.DELETED, instance.app, iid, now_ms)
+        elif self._overrides.get(iid) is not theirs:
+            self._overrides[iid] = theirs
+            self._told(_O.SET, instance.app, iid, now_ms)
         self.register(instance, now_ms=now_ms, is_replication=True, last_renewal_ms=last_renewal_ms)
         return True
 
@@ -303,13 +321,21 @@ class Registry:
             self.outbox(_A.HEARTBEAT, app, instance_id)
 
     def cancel(
-        self, app: str, instance_id: str, *, now_ms: int, is_replication: bool = False
+        self,
+        app: str,
+        instance_id: str,
+        *,
+        now_ms: int,
+        is_replication: bool = False,
+        by: str | None = None,
     ) -> None:
         """Deregister an instance (contract 6.4). Its override stays (unlike Eureka's): an
         admin's decision is removed by the admin plane or its expiry, never by a client's
-        cancel and re-registration."""
+        cancel and re-registration. The override's history records the cancel, and `by`."""
         self._remove(self._lease(app, instance_id), now_ms)
         self.cancels += 1
+        if instance_id in self._overrides:
+            self._told(_O.INSTANCE_CANCELLED, app, instance_id, now_ms, by)
         log.debug(
             "instance_cancelled", app=app, instance_id=instance_id, replication=is_replication
         )
@@ -339,6 +365,8 @@ class Registry:
         self._set_override(lease, status, now_ms, last_dirty_ms)
         if note is not None:
             self.notes.note(instance_id, note)
+        # Told even when nothing but the note changed, or nothing at all: it is written again.
+        self._told(_O.SET, app, instance_id, now_ms, None if note is None else note.by)
         if self.outbox is not None and not is_replication:
             self.outbox(_A.STATUS_UPDATE, app, instance_id, status, lease.instance.last_dirty_ms)
 
@@ -371,8 +399,10 @@ class Registry:
         status: InstanceStatus = _UNKNOWN,
         last_dirty_ms: int | None = None,
         is_replication: bool = False,
+        by: str | None = None,
     ) -> None:
-        """Remove an admin override (contract 6.6), leaving `status` behind it.
+        """Remove an admin override (contract 6.6), leaving `status` behind it; `by` is the
+        admin, for its history.
 
         The default UNKNOWN makes the next heartbeat answer 404, so the client re-registers
         and its own status takes over again. The override of an instance that is gone
@@ -381,6 +411,7 @@ class Registry:
         if not self._holds(app, instance_id, now_ms) and instance_id in self._overrides:
             del self._overrides[instance_id]
             self.notes.forget(instance_id)
+            self._told(_O.DELETED, app, instance_id, now_ms, by)
             log.info("override_deleted", app=app, instance_id=instance_id, instance="gone")
             if self.outbox is not None and not is_replication:
                 self.outbox(_A.DELETE_STATUS_OVERRIDE, app, instance_id, status, last_dirty_ms)
@@ -389,6 +420,7 @@ class Registry:
         lease.renew(now_ms, self._legacy)
         self.notes.forget(instance_id)
         if self._overrides.pop(instance_id, None) is not None:
+            self._told(_O.DELETED, app, instance_id, now_ms, by)
             lease.decision = _admin("an admin's override deleted", status)
             self._change(
                 lease,
@@ -414,20 +446,29 @@ class Registry:
     def take_notes(self, theirs: Iterable[tuple[str, Note]]) -> list[str]:
         """A peer's notes, for the overrides held here with the same status that lack one or
         hold an older one (start-up sync, anti-entropy); the instance ids of those taken."""
-        return self.notes.take(theirs, self._overrides)
+        taken = self.notes.take(theirs, self._overrides)
+        for iid in taken:
+            note = self.notes.of(iid, self._overrides[iid])
+            assert note is not None  # just taken
+            self._told(_O.SET, note.app, iid, note.set_ms, note.by)
+        return taken
 
     def expire_override(self, instance_id: str, *, now_ms: int) -> str | None:
         """An override's expiry came: remove it as an admin's DELETE without a value would
         (status UNKNOWN, so the next heartbeat re-registers), without renewing the lease, even
         if it has lapsed. Returns the application of the instance it was on, or None when no
         instance holds the id (it was evicted: the override just goes)."""
+        status = self._overrides.pop(instance_id, None)
+        note = None if status is None else self.notes.of(instance_id, status)
         self.notes.forget(instance_id)
-        if self._overrides.pop(instance_id, None) is None:
+        if status is None:
             return None
         lease = next(
             (found for leases in self._apps.values() if (found := leases.get(instance_id))),
             None,
         )
+        app = lease.instance.app if lease is not None else note.app if note is not None else ""
+        self._told(_O.EXPIRED, app, instance_id, now_ms)
         if lease is None:
             return None
         instance = lease.instance
@@ -544,7 +585,10 @@ class Registry:
         ours = lease.instance.last_dirty_ms
         if last_dirty_ms > ours:
             if is_replication and overridden_status not in (None, _UNKNOWN):
-                self._overrides[lease.instance.instance_id] = overridden_status
+                instance = lease.instance
+                if self._overrides.get(instance.instance_id) is not overridden_status:
+                    self._overrides[instance.instance_id] = overridden_status
+                    self._told(_O.SET, instance.app, instance.instance_id, now_ms)
                 self._change(lease, now_ms, overridden_status=overridden_status)
             raise UnknownInstance(
                 f"{lease.instance.app}/{lease.instance.instance_id}: the caller's data is newer "
@@ -569,6 +613,21 @@ class Registry:
         lease.eviction_ms = now_ms
         lease.instance = replace(instance, action_type=ActionType.DELETED, last_updated_ms=now_ms)
         self._emit(ActionType.DELETED, lease, now_ms, instance)
+
+    def _told(
+        self,
+        action: OverrideAction,
+        app: str,
+        instance_id: str,
+        at_ms: int,
+        by: str | None = None,
+    ) -> None:
+        """Tell the override subscribers what an override (and its note) now is."""
+        status = self._overrides.get(instance_id)
+        note = None if status is None else self.notes.of(instance_id, status)
+        change = OverrideChange(action, app, instance_id, status, at_ms, note, by)
+        for listener in self._override_listeners:
+            listener(change)
 
     def _emit(
         self, action: ActionType, lease: Lease, now_ms: int, previous: InstanceInfo | None

@@ -6,12 +6,17 @@ forgotten and expired only through the registry's commands. A note belongs to th
 was given for: when the override changes without one (an admin who gave no reason), the old
 note no longer applies and is not shown or written. Notes travel to peers beside the
 replicated override and in the digest answer (the wire fields below).
+
+Every command that changes an override (or its note) tells the registry's override
+subscribers with an `OverrideChange`: the store writes and records those, and needs to compare
+nothing.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
 
 from registry.codec import wire
@@ -27,6 +32,29 @@ class Note:
     set_ms: int
     expires_ms: int | None
     by: str | None = None  # the admin's user name, when credentials are configured
+
+
+class OverrideAction(StrEnum):
+    """What happened to an override, as its history records it."""
+
+    SET = "set"  # set or set again, by an admin here or on a peer, or its note taken
+    DELETED = "deleted"
+    EXPIRED = "expired"
+    INSTANCE_CANCELLED = "instance_cancelled"  # its instance went, the override stays
+
+
+@dataclass(frozen=True, slots=True)
+class OverrideChange:
+    """An override's change: `status` is the override in force afterwards (None: gone), with
+    its `note` when it has one; `by` is who acted, when known."""
+
+    action: OverrideAction
+    app: str
+    instance_id: str
+    status: InstanceStatus | None
+    at_ms: int
+    note: Note | None = None
+    by: str | None = None
 
 
 class OverrideNotes:

@@ -12,7 +12,6 @@ from registry.errors import BadInput, NotServed, StoreUnavailable, UnknownInstan
 from registry.http import auth, params
 from registry.model import InstanceStatus
 from registry.overrides import Note
-from registry.store.sqlite import OverrideGone
 from rules import CHAIN, trace
 
 
@@ -31,9 +30,6 @@ async def set_status_override(request: web.Request) -> web.Response:
         is_replication=params.is_replication(request),
         note=Note(app, status, reason, now_ms, expires_ms, by=_admin(request)),
     )
-    writer = request.app[WRITER]
-    if writer is not None:
-        writer.override_noted(iid)
     await _committed(request)
     return web.Response()
 
@@ -41,23 +37,15 @@ async def set_status_override(request: web.Request) -> web.Response:
 async def delete_status_override(request: web.Request) -> web.Response:
     """DELETE apps/{app}/{id}/status[?value=UP]; without a value the status becomes UNKNOWN."""
     status = params.optional_status(request) or InstanceStatus.UNKNOWN
-    app, iid, now_ms = (
+    request.app[REGISTRY].delete_status_override(
         params.app_name(request),
         request.match_info["id"],
-        request.app[CLOCK].wall_ms(),
-    )
-    had_one = iid in request.app[REGISTRY].overrides()
-    request.app[REGISTRY].delete_status_override(
-        app,
-        iid,
-        now_ms=now_ms,
+        now_ms=request.app[CLOCK].wall_ms(),
         status=status,
         last_dirty_ms=params.last_dirty_ms(params.query_string(request)),
         is_replication=params.is_replication(request),
+        by=_admin(request),
     )
-    writer, by = request.app[WRITER], _admin(request)
-    if writer is not None and by is not None and had_one:
-        writer.override_gone(OverrideGone(app, iid, now_ms, by=by))
     await _committed(request)
     return web.Response()
 

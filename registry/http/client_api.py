@@ -6,7 +6,7 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 from msgspec.structs import replace
 
-from registry.appkeys import CLOCK, REGISTRY, WRITER
+from registry.appkeys import CLOCK, REGISTRY
 from registry.clock import Clock
 from registry.codec import instance_from_wire, wire
 from registry.core import Registry
@@ -66,8 +66,6 @@ async def cancel(request: web.Request) -> web.Response:
     override's history says who cancelled it."""
     registry, app, iid = request.app[REGISTRY], params.app_name(request), request.match_info["id"]
     now_ms, replication = request.app[CLOCK].wall_ms(), params.is_replication(request)
-    registry.cancel(app, iid, now_ms=now_ms, is_replication=replication)
-    writer = request.app[WRITER]
-    if writer is not None and not replication and iid in registry.overrides():
-        writer.instance_cancelled(app, iid, now_ms, by=auth.principal(request))
+    by = None if replication else auth.principal(request)
+    registry.cancel(app, iid, now_ms=now_ms, is_replication=replication, by=by)
     return web.Response()

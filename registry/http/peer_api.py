@@ -26,14 +26,13 @@ import structlog
 from aiohttp import web
 
 from registry import errors
-from registry.appkeys import CLOCK, DIGESTS, REGISTRY, WRITER
+from registry.appkeys import CLOCK, DIGESTS, REGISTRY
 from registry.codec import instance_from_wire, json_codec, wire
 from registry.core import Registry
 from registry.http.error_handling import status_for
 from registry.http.negotiation import read_document
 from registry.model import InstanceStatus, ReplicationAction
 from registry.overrides import note_from, notes_document
-from registry.store.writer import StoreWriter
 from registry.tasks import Pacer
 
 log = structlog.get_logger()
@@ -47,13 +46,12 @@ async def batch(request: web.Request) -> web.Response:
     if not isinstance(items, list):
         raise errors.BadInput("replicationList", 'the body must be {"replicationList": [...]}')
     registry, clock = request.app[REGISTRY], request.app[CLOCK]
-    writer = request.app[WRITER]
     # A large batch (a peer's registration storm) is applied a slice at a time, so it never
     # holds the loop for long; after each turn the loop had, the time is read again.
     pacer, now_ms = Pacer(), clock.wall_ms()
     answers = []
     for item in items:
-        answers.append(answer(registry, writer, item, now_ms))
+        answers.append(answer(registry, item, now_ms))
         if await pacer.pace():
             now_ms = clock.wall_ms()
     return web.Response(
@@ -73,12 +71,10 @@ async def digests(request: web.Request) -> web.Response:
     return web.Response(body=orjson.dumps(body), content_type="application/json")
 
 
-def answer(
-    registry: Registry, writer: StoreWriter | None, item: object, now_ms: int
-) -> dict[str, Any]:
+def answer(registry: Registry, item: object, now_ms: int) -> dict[str, Any]:
     """Apply one item; its entry in `responseList`."""
     try:
-        apply(registry, writer, item, now_ms)
+        apply(registry, item, now_ms)
     except errors.StaleReplica as stale:
         return {"statusCode": 409, "responseEntity": json_codec.instance_dict(stale.lease)}
     except errors.RegistryError as exc:
@@ -94,7 +90,7 @@ def answer(
     return {"statusCode": 200}
 
 
-def apply(registry: Registry, writer: StoreWriter | None, item: object, now_ms: int) -> None:
+def apply(registry: Registry, item: object, now_ms: int) -> None:
     """Run the command one item describes, as a replication; raises what the command raises."""
     if not isinstance(item, Mapping):
         raise errors.BadInput("replicationList[]", "each item must be an object")
@@ -131,8 +127,6 @@ def apply(registry: Registry, writer: StoreWriter | None, item: object, now_ms: 
             is_replication=True,
             note=note,
         )
-        if note is not None and writer is not None:
-            writer.override_noted(iid)  # the store writes the note even with the status it has
     else:
         status = wire.status(item.get("status"), "status", default=InstanceStatus.UNKNOWN)
         registry.delete_status_override(

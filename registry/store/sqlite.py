@@ -22,6 +22,7 @@ import structlog
 from registry.codec import wire
 from registry.errors import BadInput
 from registry.model import InstanceInfo, InstanceStatus, LeaseRecord
+from registry.overrides import OverrideChange
 from registry.store import record, schema
 
 log = structlog.get_logger()
@@ -44,17 +45,6 @@ class StoredOverride:
     set_by: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class OverrideGone:
-    """An override removed: `action` says why (deleted by an admin, expired, cancelled)."""
-
-    app: str
-    instance_id: str
-    at_ms: int
-    action: str = "deleted"
-    by: str | None = None
-
-
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Batch:
     """One transaction's worth of changes."""
@@ -62,10 +52,9 @@ class Batch:
     upserts: list[LeaseRecord] = field(default_factory=list)
     deletes: list[tuple[str, str]] = field(default_factory=list)
     overrides_set: list[StoredOverride] = field(default_factory=list)
-    overrides_gone: list[OverrideGone] = field(default_factory=list)
-    # What happened to overrides that stay in force (a client cancelled the instance under
-    # one): history rows only.
-    history: list[OverrideGone] = field(default_factory=list)
+    overrides_gone: list[str] = field(default_factory=list)  # instance ids
+    # Every change the overrides went through, in order: the history's rows.
+    history: list[OverrideChange] = field(default_factory=list)
     index: int = 0
     epoch: str = ""
     everything: bool = False  # the whole registry: replace what the store holds
@@ -214,17 +203,14 @@ class Store:
                         override.set_by,
                     ),
                 )
-                await _record(db, override.set_ms, "set", override)
-            for gone in batch.overrides_gone:
-                await db.execute("DELETE FROM overrides WHERE id = ?", (gone.instance_id,))
-            # Why each went, and what happened to those that stay: history rows.
             await db.executemany(
-                "INSERT INTO override_history (at_ms, action, app, id, actor) "
-                "VALUES (?, ?, ?, ?, ?)",
-                [
-                    (event.at_ms, event.action, event.app, event.instance_id, event.by)
-                    for event in (*batch.overrides_gone, *batch.history)
-                ],
+                "DELETE FROM overrides WHERE id = ?", [(iid,) for iid in batch.overrides_gone]
+            )
+            await db.executemany(
+                "INSERT INTO override_history "
+                "(at_ms, action, app, id, status, reason, expires_ms, actor) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                [_history_row(change) for change in batch.history],
             )
             await db.executemany(
                 "INSERT OR REPLACE INTO meta VALUES (?, ?)",
@@ -274,12 +260,18 @@ def _rows(leases: list[LeaseRecord]) -> bytes:
     )
 
 
-async def _record(db: aiosqlite.Connection, at_ms: int, action: str, o: StoredOverride) -> None:
-    await db.execute(
-        "INSERT INTO override_history "
-        "(at_ms, action, app, id, status, reason, expires_ms, actor) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-        (at_ms, action, o.app, o.instance_id, o.status.value, o.reason, o.expires_ms, o.set_by),
+def _history_row(change: OverrideChange) -> tuple[object, ...]:
+    """A history row: what happened, and the override in force afterwards (none when gone)."""
+    note = change.note
+    return (
+        change.at_ms,
+        change.action.value,
+        change.app,
+        change.instance_id,
+        None if change.status is None else change.status.value,
+        None if note is None else note.reason,
+        None if note is None else note.expires_ms,
+        change.by,
     )
 
 

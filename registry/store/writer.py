@@ -1,9 +1,10 @@
 """The write-behind writer: the registry's changes reach the store in batches, off the request path.
 
 It subscribes to the registry's change events and keeps, per instance, only the newest state
-(or its removal), so a burst of changes to one instance is one row written. Overrides are
-compared with those last written at each flush, which catches them however they changed (an
-admin's call, a peer's, a cancel). Every flush (a fraction of a second apart, and at once when
+(or its removal), so a burst of changes to one instance is one row written. It subscribes to
+the registry's override changes too, however they came (an admin's call, a peer's, an expiry,
+a cancel under one): the newest state of each override is its row, and every change is a row
+of the override's history. Every flush (a fraction of a second apart, and at once when
 an admin's override must be on disk before it is acknowledged) writes what is pending in one
 transaction. Heartbeats are not changes and are never written: a restored lease gets a full
 fresh duration instead.
@@ -31,11 +32,11 @@ from registry.clock import Clock
 from registry.core import Registry
 from registry.errors import UnknownInstance
 from registry.model import ActionType, ChangeEvent, InstanceStatus, LeaseRecord, LeaseSnapshot
+from registry.overrides import Note, OverrideAction, OverrideChange
 from registry.store.sqlite import (
     BUSY_TIMEOUT_MS,
     Batch,
     NewerSchema,
-    OverrideGone,
     Snapshot,
     Store,
     StoredOverride,
@@ -50,7 +51,6 @@ LateRestore = Callable[[Snapshot, set[InstanceKey], set[str]], None]
 # What a failing store raises: SQLite's errors, the file system's, a closed connection's
 # ValueError, and a file a newer server wrote in the meantime.
 FAILURES = (sqlite3.Error, OSError, ValueError, NewerSchema)
-_NONE = InstanceStatus.UNKNOWN
 
 
 class StoreWriter:
@@ -74,9 +74,8 @@ class StoreWriter:
         self._opened_late = False  # not open at start: merge what it kept when it opens
         self._overrides_removed: set[str] = set()  # this run, while the store was not open
         self._instances: dict[InstanceKey, LeaseSnapshot | None] = {}  # None: removed
-        self._overrides: dict[str, StoredOverride | OverrideGone] = {}  # by instance id
-        self._history: list[OverrideGone] = []  # history rows only (see Batch.history)
-        self._written_overrides: dict[str, tuple[str, InstanceStatus]] = {}  # id: (app, status)
+        self._overrides: dict[str, StoredOverride | None] = {}  # by instance id; None: gone
+        self._history: list[OverrideChange] = []
         self._flushing = asyncio.Lock()  # one flush at a time, so a retry never overtakes
         self._in_flight = 0  # changes in the transaction under way
         self.failing_since: float | None = None  # monotonic seconds
@@ -99,11 +98,7 @@ class StoreWriter:
             self._opened_late = True
             self._failed(exc)
             return None
-        self._remember(snapshot)
         return snapshot
-
-    def _remember(self, snapshot: Snapshot) -> None:
-        self._written_overrides = {o.instance_id: (o.app, o.status) for o in snapshot.overrides}
 
     async def close(self) -> None:
         """Write what is owed, then close."""
@@ -117,7 +112,7 @@ class StoreWriter:
     @property
     def pending(self) -> int:
         """Changes not on disk yet, the ones being written included."""
-        return len(self._instances) + len(self._overrides) + len(self._history) + self._in_flight
+        return len(self._instances) + len(self._history) + self._in_flight
 
     def status(self) -> dict[str, object]:
         """For `GET status`: whether writes reach the disk, and what waits."""
@@ -132,32 +127,25 @@ class StoreWriter:
         }
 
     def on_change(self, event: ChangeEvent) -> None:
-        """Registry listener: remember the newest state of the instance, and overrides that
-        went from it while the store was not open (a delete)."""
+        """Registry listener: remember the newest state of the instance."""
         instance = event.lease.instance
-        iid = instance.instance_id
-        self._instances[(instance.app, iid)] = (
+        self._instances[(instance.app, instance.instance_id)] = (
             None if event.action is ActionType.DELETED else event.lease
         )
-        if iid in self._registry.overrides():
-            return
-        previous = event.previous
-        if self._opened_late and previous is not None and previous.overridden_status is not _NONE:
-            self._overrides_removed.add(iid)
 
-    def override_noted(self, instance_id: str) -> None:
-        """Its reason or expiry changed: write the override again, even with the same status."""
-        self._written_overrides.pop(instance_id, None)
-        self._overrides.pop(instance_id, None)
-
-    def instance_cancelled(self, app: str, instance_id: str, at_ms: int, by: str | None) -> None:
-        """A client cancelled an instance whose override stays in force: say so, and who, in
-        the override's history."""
-        self._history.append(OverrideGone(app, instance_id, at_ms, "instance_cancelled", by))
-
-    def override_gone(self, gone: OverrideGone) -> None:
-        """Record why an override went (`expired`) or who deleted it, beyond a plain `deleted`."""
-        self._overrides[gone.instance_id] = gone
+    def on_override(self, change: OverrideChange) -> None:
+        """Registry listener: the override's newest state is its row (none when gone), and the
+        change a row of its history."""
+        self._history.append(change)
+        if change.action is OverrideAction.INSTANCE_CANCELLED:
+            return  # the override stays as it was
+        iid, status = change.instance_id, change.status
+        if status is None:
+            self._overrides[iid] = None
+            if self._opened_late:  # not to be brought back when the store opens
+                self._overrides_removed.add(iid)
+        else:
+            self._overrides[iid] = _stored(change.app, iid, status, change.note, change.at_ms)
 
     async def history(self, *, since_ms: int = 0) -> list[dict[str, object]]:
         async with self._flushing:  # the flush loop may be (re)opening the store
@@ -193,7 +181,6 @@ class StoreWriter:
             await self._close()
             self._rewrite = True
         store = self._store or await self._opened()
-        self._compare_overrides()
         if not (self._rewrite or self._instances or self._overrides or self._history):
             return
         instances, self._instances = self._instances, {}
@@ -202,7 +189,7 @@ class StoreWriter:
         rewrite = self._rewrite
         batch = self._whole_registry() if rewrite else self._batch(instances, overrides)
         batch = dataclasses.replace(batch, history=history)
-        self._in_flight = len(instances) + len(overrides) + len(history)
+        self._in_flight = len(instances) + len(history)
         try:
             await store.write(batch)
         except BaseException:
@@ -214,12 +201,6 @@ class StoreWriter:
             raise
         self._in_flight = 0
         self._rewrite = False
-        if rewrite:
-            self._written_overrides = {}
-        for override in batch.overrides_set:
-            self._written_overrides[override.instance_id] = (override.app, override.status)
-        for gone in batch.overrides_gone:
-            self._written_overrides.pop(gone.instance_id, None)
         self.batches += 1
         if self.failing_since is not None:
             log.info(
@@ -233,13 +214,13 @@ class StoreWriter:
     def _batch(
         self,
         instances: dict[InstanceKey, LeaseSnapshot | None],
-        overrides: dict[str, StoredOverride | OverrideGone],
+        overrides: dict[str, StoredOverride | None],
     ) -> Batch:
         return Batch(
             upserts=[lease for lease in instances.values() if lease is not None],
             deletes=[key for key, lease in instances.items() if lease is None],
-            overrides_set=[o for o in overrides.values() if isinstance(o, StoredOverride)],
-            overrides_gone=[o for o in overrides.values() if isinstance(o, OverrideGone)],
+            overrides_set=[o for o in overrides.values() if o is not None],
+            overrides_gone=[iid for iid, o in overrides.items() if o is None],
             index=self._registry.index,
             epoch=self._registry.epoch,
         )
@@ -250,7 +231,7 @@ class StoreWriter:
         return Batch(
             upserts=upserts,
             overrides_set=[
-                self._stored(iid, status, now_ms)
+                self._in_force(iid, status, now_ms)
                 for iid, status in self._registry.overrides().items()
             ],
             index=self._registry.index,
@@ -258,48 +239,22 @@ class StoreWriter:
             everything=True,
         )
 
-    def _compare_overrides(self) -> None:
-        """Queue what makes the store's overrides the registry's: the registry's current
-        state wins over anything pending from before (a failed flush, an earlier call)."""
-        now_ms = self._clock.wall_ms()
-        current = self._registry.overrides()
-        for iid, status in current.items():
-            pending = self._overrides.get(iid)
-            if isinstance(pending, StoredOverride) and pending.status is status:
-                continue  # queued with its note
-            written = self._written_overrides.get(iid)
-            if pending is not None or written is None or written[1] is not status:
-                self._overrides[iid] = self._stored(iid, status, now_ms)
-        for iid in (self._written_overrides.keys() | self._overrides.keys()) - current.keys():
-            pending = self._overrides.get(iid)
-            if isinstance(pending, OverrideGone):
-                continue  # queued with why it went
-            if iid in self._written_overrides:
-                app = self._written_overrides[iid][0]
-                self._overrides[iid] = OverrideGone(app, iid, now_ms)
-            else:
-                self._overrides.pop(iid, None)  # set and gone before it was ever written
-
-    def _stored(self, iid: str, status: InstanceStatus, now_ms: int) -> StoredOverride:
+    def _in_force(self, iid: str, status: InstanceStatus, now_ms: int) -> StoredOverride:
+        """The row of an override in force, for a rewrite of the whole store."""
         note = self._registry.notes.of(iid, status)
-        if note is None:
-            return StoredOverride(self._app_of(iid), iid, status, None, now_ms, None)
-        return StoredOverride(
-            note.app, iid, status, note.reason, note.set_ms, note.expires_ms, note.by
-        )
-
-    def _app_of(self, instance_id: str) -> str:
+        if note is not None:
+            return _stored(note.app, iid, status, note, now_ms)
         try:
-            return self._registry.find(instance_id, now_ms=0).instance.app
+            app = self._registry.find(iid, now_ms=0).instance.app
         except UnknownInstance:
-            return ""
+            app = ""
+        return _stored(app, iid, status, None, now_ms)
 
     async def _opened(self) -> Store:
         """The store, opened now; if it could not be at start-up, what it kept is merged in."""
         store = await self._open()
         if self._opened_late:
             snapshot = await store.load()
-            self._remember(snapshot)
             if self._late_restore is not None:
                 removed = {key for key, lease in self._instances.items() if lease is None}
                 self._late_restore(snapshot, removed, self._overrides_removed)
@@ -336,3 +291,12 @@ class StoreWriter:
             log.error(
                 "store_failed", path=str(self.path), cause=self.last_error, pending=self.pending
             )
+
+
+def _stored(
+    app: str, iid: str, status: InstanceStatus, note: Note | None, at_ms: int
+) -> StoredOverride:
+    """An override's row: with what the admin said, or set at `at_ms` without a note."""
+    if note is None:
+        return StoredOverride(app, iid, status, None, at_ms, None)
+    return StoredOverride(note.app, iid, status, note.reason, note.set_ms, note.expires_ms, note.by)

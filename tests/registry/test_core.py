@@ -9,7 +9,7 @@ import pytest
 from registry.core import Registry
 from registry.errors import StaleReplica, UnknownInstance
 from registry.model import ActionType, ChangeEvent, DataCenterInfo, InstanceInfo, InstanceStatus
-from registry.overrides import Note
+from registry.overrides import Note, OverrideChange
 
 S = InstanceStatus
 T0 = 1_735_689_000_000
@@ -335,6 +335,90 @@ class TestOverrideNotes:
         theirs = [("i-1", self.note()), ("i-2", self.note())]
         assert ["i-1"] == registry.take_notes(theirs)
         assert self.note() == registry.notes.of("i-1", S.OUT_OF_SERVICE)
+
+
+class TestOverrideChanges:
+    """Every command that changes an override or its note tells the override subscribers
+    what the override now is, and who acted: the store writes from these and compares
+    nothing."""
+
+    @pytest.fixture
+    def changes(self, registry: Registry) -> list[OverrideChange]:
+        told: list[OverrideChange] = []
+        registry.subscribe(lambda event: None, overrides=told.append)
+        return told
+
+    @staticmethod
+    def seen(changes: list[OverrideChange]) -> list[tuple[str, str, S | None, str | None]]:
+        return [(c.action.value, c.instance_id, c.status, c.by) for c in changes]
+
+    def test_an_admins_set_delete_and_the_cancel_under_one(self, registry, changes):
+        note = Note("ORDERS", S.OUT_OF_SERVICE, "incident", T0, None, "ops")
+        registry.register(make("a"), now_ms=T0)
+        registry.register(make("b"), now_ms=T0)
+        registry.set_status_override("ORDERS", "a", S.OUT_OF_SERVICE, now_ms=T0, note=note)
+        registry.set_status_override("ORDERS", "a", S.OUT_OF_SERVICE, now_ms=T0 + 1)  # again
+        registry.set_status_override("ORDERS", "b", S.DOWN, now_ms=T0 + 1)
+        registry.cancel("ORDERS", "a", now_ms=T0 + 2, by="svc")
+        registry.cancel("ORDERS", "b", now_ms=T0 + 2, by="svc")
+        registry.delete_status_override("ORDERS", "a", now_ms=T0 + 3, by="ops")  # instance gone
+        registry.register(make("b"), now_ms=T0 + 4)
+        registry.delete_status_override("ORDERS", "b", now_ms=T0 + 5, by="ops2")
+        registry.delete_status_override("ORDERS", "b", now_ms=T0 + 6, by="ops2")  # none left
+        assert [
+            ("set", "a", S.OUT_OF_SERVICE, "ops"),
+            ("set", "a", S.OUT_OF_SERVICE, None),
+            ("set", "b", S.DOWN, None),
+            ("instance_cancelled", "a", S.OUT_OF_SERVICE, "svc"),
+            ("instance_cancelled", "b", S.DOWN, "svc"),
+            ("deleted", "a", None, "ops"),
+            ("deleted", "b", None, "ops2"),
+        ] == self.seen(changes)
+        assert [note, note] == [c.note for c in changes[:2]]  # the note holds for the status
+        assert [T0, T0 + 1, T0 + 1, T0 + 2, T0 + 2, T0 + 3, T0 + 5] == [c.at_ms for c in changes]
+
+    def test_an_expiry_is_told_with_its_application_even_with_the_instance_gone(
+        self, registry, changes
+    ):
+        note = Note("ORDERS", S.OUT_OF_SERVICE, None, T0, T0 + 10, "ops")
+        for iid in ("a", "b"):
+            registry.register(make(iid), now_ms=T0)
+            registry.set_status_override("ORDERS", iid, S.OUT_OF_SERVICE, now_ms=T0, note=note)
+        registry.cancel("ORDERS", "b", now_ms=T0 + 1)
+        changes.clear()
+        registry.expire_due(now_ms=T0 + 10)
+        assert [("ORDERS", "a", "expired"), ("ORDERS", "b", "expired")] == sorted(
+            (c.app, c.instance_id, c.action.value) for c in changes
+        )
+
+    def test_what_peers_hand_over(self, registry, changes):
+        """An override in a peer's registration, its heartbeat with newer data, its copy
+        taken back (with or without one), and its note."""
+        registry.register(make("a", overridden_status=S.DOWN), now_ms=T0, is_replication=True)
+        registry.register(make("a", overridden_status=S.DOWN), now_ms=T0, is_replication=True)
+        registry.register(make("i-1"), now_ms=T0)
+        hand_over_override(registry, S.OUT_OF_SERVICE)
+        registry.adopt(make("a", dirty=T0 + 9), now_ms=T0 + 2, last_renewal_ms=T0 + 2)
+        registry.adopt(
+            make("c", overridden_status=S.UP, dirty=T0 + 9), now_ms=T0 + 2, last_renewal_ms=T0
+        )
+        note = Note("ORDERS", S.UP, "canary", T0 + 1, None, "ops")
+        registry.take_notes([("c", note)])
+        assert [
+            ("set", "a", S.DOWN, None),
+            ("set", "i-1", S.OUT_OF_SERVICE, None),
+            ("deleted", "a", None, None),
+            ("set", "c", S.UP, None),
+            ("set", "c", S.UP, "ops"),
+        ] == self.seen(changes)
+        assert (note, T0 + 1) == (changes[-1].note, changes[-1].at_ms)
+
+    def test_a_warm_restart_tells_nothing(self, registry, changes):
+        """What the store gave back is on disk already."""
+        note = Note("ORDERS", S.DOWN, None, T0, None)
+        registry.restore({"a": S.DOWN}, 5, [("a", note)])
+        registry.load([make("a", overridden_status=S.DOWN), make("b", status=S.DOWN)], now_ms=T0)
+        assert [] == changes
 
 
 class TestOverrides:

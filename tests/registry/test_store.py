@@ -13,11 +13,13 @@ from structlog.testing import capture_logs
 
 from registry.core import Registry
 from registry.model import InstanceStatus
+from registry.overrides import Note, OverrideAction, OverrideChange
 from registry.store import schema
-from registry.store.sqlite import Batch, NewerSchema, OverrideGone, Store, StoredOverride
+from registry.store.sqlite import Batch, NewerSchema, Store, StoredOverride
 from tests.registry.test_core import T0, make
 
 S = InstanceStatus
+SET = OverrideAction.SET
 
 
 @pytest.fixture
@@ -84,7 +86,9 @@ class TestOpen:
         store = await Store.open(path, now_ms=T0)
         (kept,) = (await store.load()).overrides
         assert ("i-1", "deploy", None) == (kept.instance_id, kept.reason, kept.set_by)
-        await store.write(Batch(overrides_set=[dataclasses.replace(kept, set_by="ops")]))
+        by_ops = dataclasses.replace(kept, set_by="ops")
+        set_again = OverrideChange(SET, "ORDERS", "i-1", S.OUT_OF_SERVICE, T0, by="ops")
+        await store.write(Batch(overrides_set=[by_ops], history=[set_again]))
         (again,) = (await store.load()).overrides
         assert "ops" == again.set_by
         assert "ops" == (await store.history())[-1]["by"]
@@ -144,18 +148,30 @@ class TestRoundTrip:
         assert [("a", S.OUT_OF_SERVICE)] == [(i.instance_id, i.status) for i in snapshot.instances]
 
     async def test_overrides_and_their_history(self, path):
+        """The rows hold the overrides in force; the history every change, in order."""
         store = await Store.open(path, now_ms=T0)
+        note = Note("ORDERS", S.OUT_OF_SERVICE, "draining", T0, T0 + 3_600_000, "ops")
         override = StoredOverride("ORDERS", "a", S.OUT_OF_SERVICE, "draining", T0, T0 + 3_600_000)
         other = StoredOverride("ORDERS", "b", S.DOWN, None, T0 + 1, None)
-        await store.write(Batch(overrides_set=[override, other]))
-        await store.write(Batch(overrides_gone=[OverrideGone("ORDERS", "b", T0 + 2)]))
+        await store.write(
+            Batch(
+                overrides_set=[override, other],
+                history=[
+                    OverrideChange(SET, "ORDERS", "a", S.OUT_OF_SERVICE, T0, note, "ops"),
+                    OverrideChange(SET, "ORDERS", "b", S.DOWN, T0 + 1),
+                ],
+            )
+        )
+        deleted = OverrideChange(OverrideAction.DELETED, "ORDERS", "b", None, T0 + 2, by="ops")
+        await store.write(Batch(overrides_gone=["b"], history=[deleted]))
         assert [override] == (await store.load()).overrides
         assert [
-            ("set", "a", "OUT_OF_SERVICE", "draining"),
-            ("set", "b", "DOWN", None),
-            ("deleted", "b", None, None),
+            ("set", "a", "OUT_OF_SERVICE", "draining", T0 + 3_600_000, "ops"),
+            ("set", "b", "DOWN", None, None, None),
+            ("deleted", "b", None, None, None, "ops"),
         ] == [
-            (h["action"], h["instance_id"], h["status"], h["reason"]) for h in await store.history()
+            (h["action"], h["instance_id"], h["status"], h["reason"], h["expires_ms"], h["by"])
+            for h in await store.history()
         ]
         await store.forget_history(before_ms=T0 + 1)
         assert 2 == len(await store.history())

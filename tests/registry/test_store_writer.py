@@ -16,7 +16,8 @@ from structlog.testing import capture_logs
 from registry import FakeClock
 from registry.core import Registry
 from registry.model import InstanceStatus
-from registry.store.sqlite import Batch, OverrideGone, Store
+from registry.overrides import Note
+from registry.store.sqlite import Batch, Store
 from registry.store.writer import StoreWriter
 from tests.registry.test_core import T0, make
 
@@ -32,7 +33,7 @@ def registry() -> Registry:
 async def writer(tmp_path: Path, registry: Registry) -> AsyncIterator[StoreWriter]:
     writer = StoreWriter(tmp_path / "registry.db", registry, FakeClock(), busy_timeout_ms=50)
     assert await writer.open() is not None
-    registry.subscribe(writer.on_change)
+    registry.subscribe(writer.on_change, overrides=writer.on_override)
     yield writer
     await writer.close()
 
@@ -77,7 +78,7 @@ class TestBatches:
         registry.set_status_override("ORDERS", "a", S.OUT_OF_SERVICE, now_ms=T0 + 1)
         registry.register(make("b"), now_ms=T0 + 2)
         registry.cancel("ORDERS", "b", now_ms=T0 + 3)
-        assert 2 == writer.pending
+        assert 3 == writer.pending  # a's row, b's removal, and the override set on a
         await writer.flush()
         assert {"a": S.OUT_OF_SERVICE} == await stored(writer)
         assert (0, 1) == (writer.pending, writer.batches)
@@ -96,8 +97,7 @@ class TestBatches:
             registry.set_status_override("ORDERS", iid, S.OUT_OF_SERVICE, now_ms=T0)
         await writer.flush()
         registry.delete_status_override("ORDERS", "b", now_ms=T0 + 1)
-        registry.cancel("ORDERS", "c", now_ms=T0 + 1)
-        writer.instance_cancelled("ORDERS", "c", T0 + 1, by="svc")
+        registry.cancel("ORDERS", "c", now_ms=T0 + 1, by="svc")
         await writer.flush()
         store = await Store.open(writer.path, now_ms=T0)
         overrides = (await store.load()).overrides
@@ -113,6 +113,27 @@ class TestBatches:
             ("deleted", "b"),
             ("instance_cancelled", "c"),
         } == set(history)
+
+    async def test_an_override_set_and_deleted_between_flushes_is_in_the_history_only(
+        self, registry, writer
+    ):
+        """No row is left, and the history has both changes, in order, with who acted."""
+        registry.register(make("a"), now_ms=T0)
+        note = Note("ORDERS", S.OUT_OF_SERVICE, "deploy", T0 + 1, T0 + 60_000, "ops")
+        registry.set_status_override("ORDERS", "a", S.OUT_OF_SERVICE, now_ms=T0 + 1, note=note)
+        registry.delete_status_override("ORDERS", "a", now_ms=T0 + 2, by="ops2")
+        await writer.flush()
+        store = await Store.open(writer.path, now_ms=T0)
+        overrides, history = (await store.load()).overrides, await store.history()
+        await store.close()
+        assert [] == overrides
+        assert [
+            (T0 + 1, "set", "OUT_OF_SERVICE", "deploy", T0 + 60_000, "ops"),
+            (T0 + 2, "deleted", None, None, None, "ops2"),
+        ] == [
+            (h["at_ms"], h["action"], h["status"], h["reason"], h["expires_ms"], h["by"])
+            for h in history
+        ]
 
 
 class TestFaults:
@@ -151,10 +172,16 @@ class TestFaults:
         await writer.flush()
         await asyncio.to_thread(shutil.rmtree, writer.path.parent)
         registry.register(make("b"), now_ms=T0 + 1)
+        registry.set_status_override("ORDERS", "b", S.DOWN, now_ms=T0 + 2)
         with capture_logs() as logs:
             await writer.flush()
         assert "store_file_gone" in [e["event"] for e in logs]
-        assert {"a": S.UP, "b": S.UP} == await stored(writer)
+        assert {"a": S.UP, "b": S.DOWN} == await stored(writer)
+        store = await Store.open(writer.path, now_ms=T0)
+        overrides, history = (await store.load()).overrides, await store.history()
+        await store.close()
+        assert [("b", S.DOWN)] == [(o.instance_id, o.status) for o in overrides]
+        assert [("set", "b")] == [(h["action"], h["instance_id"]) for h in history]
 
     async def test_a_store_locked_at_start_is_opened_later_and_merged(self, tmp_path, registry):
         """The registry starts empty and degraded. When the store opens, what it kept is
@@ -174,22 +201,24 @@ class TestFaults:
             FakeClock(),
             busy_timeout_ms=50,
             late_restore=lambda snapshot, removed, overrides: handed.append(
-                ({i.instance_id for i in snapshot.instances}, removed)
+                ({i.instance_id for i in snapshot.instances}, removed, overrides)
             ),
         )
         try:
             async with locked(path, exclusive=True):
                 assert await writer.open() is None
                 assert writer.degraded
-                registry.subscribe(writer.on_change)
+                registry.subscribe(writer.on_change, overrides=writer.on_override)
                 registry.register(make("fresh"), now_ms=T0)
                 registry.register(make("gone"), now_ms=T0)
                 registry.cancel("ORDERS", "gone", now_ms=T0 + 1)
+                registry.set_status_override("ORDERS", "fresh", S.DOWN, now_ms=T0 + 1)
+                registry.delete_status_override("ORDERS", "fresh", now_ms=T0 + 2, status=S.UP)
                 with pytest.raises(sqlite3.OperationalError):
                     await writer.flush()
             await writer.flush()
             assert not writer.degraded
-            assert [({"stale", "gone"}, {("ORDERS", "gone")})] == handed
+            assert [({"stale", "gone"}, {("ORDERS", "gone")}, {"fresh"})] == handed
             assert {"stale": S.UP, "fresh": S.UP} == await stored(writer)
         finally:
             await writer.close()
@@ -205,7 +234,6 @@ class TestOverridesWin:
         registry.set_status_override("ORDERS", "a", S.OUT_OF_SERVICE, now_ms=T0)
         await writer.flush()
         registry.expire_override("a", now_ms=T0 + 1)
-        writer.override_gone(OverrideGone("ORDERS", "a", T0 + 1, action="expired"))
         registry.set_status_override("ORDERS", "a", S.DOWN, now_ms=T0 + 2)
         await writer.flush()
         store = await Store.open(writer.path, now_ms=T0)
