@@ -15,9 +15,8 @@ import sys
 from pathlib import Path
 
 import structlog
-from aiohttp import web
 
-from registry import admin_cli
+from registry import admin_cli, serving
 from registry.app import create_app
 from registry.logs import configure
 from registry.settings import Settings, SettingsError
@@ -84,16 +83,18 @@ def main(argv: list[str] | None = None) -> int:
     missing = settings.missing_credentials()
     if settings.insecure_public_bind and missing:
         log.warning("serving_without_credentials", host=settings.host, missing=missing)
+    app = create_app(settings, reload=load)
     try:
-        web.run_app(
-            create_app(settings, reload=load),
-            host=settings.host,
-            port=settings.port,
-            access_log=logging.getLogger("aiohttp.access") if settings.access_log else None,
-            print=None,
-            loop=loop,
-            backlog=LISTEN_BACKLOG,
-        )
+        with asyncio.Runner(loop_factory=lambda: loop) as runner:
+            runner.run(
+                serving.serve(
+                    app,
+                    host=settings.host,
+                    port=settings.port,
+                    backlog=LISTEN_BACKLOG,
+                    access_log=logging.getLogger("aiohttp.access") if settings.access_log else None,
+                )
+            )
     except NewerSchema as exc:
         log.error("store_refused", detail=str(exc))
         print(f"service-registry: {exc}", file=sys.stderr)

@@ -192,7 +192,8 @@ async def _stopped(app: web.Application) -> AsyncIterator[None]:
     lifecycle = app[LIFECYCLE]
     lifecycle.on_enter(Phase.DRAINING, app[FEED].close)
     yield
-    lifecycle.move(Phase.DRAINING, lifecycle.reason)  # a start that failed drains too
+    if lifecycle.phase is not Phase.DRAINING:  # a start that failed or was stopped drains too
+        lifecycle.move(Phase.DRAINING, f"stopped while {lifecycle.phase.value}: {lifecycle.reason}")
     lifecycle.move(Phase.STOPPED, "stopped")
 
 

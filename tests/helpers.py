@@ -5,7 +5,11 @@ from __future__ import annotations
 import asyncio
 import inspect
 import socket
-from collections.abc import Awaitable, Callable
+import sqlite3
+import threading
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any, TypeVar
 
 import orjson
@@ -104,3 +108,28 @@ async def eventually(
         if asyncio.get_running_loop().time() > deadline:
             raise AssertionError(f"{what}: not true within {timeout} s; last value: {value!r}")
         await asyncio.sleep(POLL)
+
+
+@asynccontextmanager
+async def locked(path: Path, *, exclusive: bool = False) -> AsyncIterator[None]:
+    """Another connection holds the write lock (as another process would) until the block ends;
+    `exclusive`: reading is locked out too."""
+    ready, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        db = sqlite3.connect(path, isolation_level=None)
+        if exclusive:
+            db.execute("PRAGMA locking_mode = EXCLUSIVE")
+        db.execute("BEGIN EXCLUSIVE" if exclusive else "BEGIN IMMEDIATE")
+        ready.set()
+        release.wait(30)
+        db.execute("ROLLBACK")
+        db.close()
+
+    holder = asyncio.ensure_future(asyncio.to_thread(hold))
+    await asyncio.to_thread(ready.wait, 5)
+    try:
+        yield
+    finally:
+        release.set()
+        await holder

@@ -1,18 +1,21 @@
 """The server's phases: the moves the table allows and refuses, and the phase a real process
-shows through `/readyz` while it syncs, serves and stops."""
+shows through `/readyz` while it syncs, serves and stops, and a real process stopped while
+its start is under way or its store fails."""
 
 from __future__ import annotations
 
 import itertools
 import os
+from pathlib import Path
 
 import aiohttp
 import pytest
 
 from registry.errors import NotSynced
 from registry.lifecycle import ALLOWED, InvalidTransition, Lifecycle, Phase
-from tests.helpers import eventually, free_port
-from tests.test_cli import TIMEOUT, serving, stop
+from registry.store.sqlite import Store
+from tests.helpers import eventually, free_port, instance_doc, locked
+from tests.test_cli import TIMEOUT, serving, stop, wait_serving
 
 P = Phase
 # Every move the server makes, written out here rather than read from the table.
@@ -136,3 +139,66 @@ async def test_a_real_process_syncs_serves_and_drains(tmp_path):
     assert [(503, "SYNCING"), (200, "SERVING")] == phases
     entered = [e["phase"] for e in lines if "phase" in e]
     assert ["RESTORING", "SYNCING", "SERVING", "DRAINING", "STOPPED"] == entered
+
+
+@pytest.fixture
+async def store_dir(tmp_path: Path) -> Path:
+    """A data directory with a store in it, for another connection to lock."""
+    await (await Store.open(tmp_path / "registry.db", now_ms=0)).close()
+    return tmp_path
+
+
+def store_env(data_dir: Path, busy_timeout: float) -> dict[str, str]:
+    return {
+        **os.environ,
+        "REGISTRY_DATA_DIR": str(data_dir),
+        "REGISTRY_STORE_BUSY_TIMEOUT": str(busy_timeout),
+        "REGISTRY_LOG_FORMAT": "json",
+    }
+
+
+@pytest.mark.slow
+async def test_a_signal_while_restoring_stops_what_had_started(store_dir):
+    """SIGTERM while the store is still being read (another process holds its lock): the
+    start goes no further, what it had started stops, last first, and the process exits 0
+    with nothing but its log lines (`stop` reads each as JSON: a traceback fails it)."""
+    port, env = free_port(), store_env(store_dir, 3)
+    async with (
+        locked(store_dir / "registry.db", exclusive=True),
+        serving("serve", "--port", str(port), env=env) as process,
+    ):
+        assert process.stderr is not None
+        while b'"RESTORING"' not in await process.stderr.readline():
+            pass
+        lines = await stop(process)
+    assert 0 == process.returncode
+    entered = [(e["phase"], e["reason"]) for e in lines if "phase" in e]
+    assert [P.DRAINING, P.STOPPED] == [phase for phase, _ in entered]
+    assert entered[0][1].startswith("stopped while RESTORING: reading ")
+    assert "server_stopped" == lines[-1]["event"]
+
+
+@pytest.mark.slow
+async def test_a_failing_store_stops_cleanly(store_dir):
+    """A store locked by another process from start to end: the server serves from memory,
+    degraded, and SIGTERM still drains and stops it, exit 0, its writes logged as owed."""
+    port = free_port()
+    base, env = f"http://127.0.0.1:{port}/eureka", store_env(store_dir, 0.1)
+    async with (
+        locked(store_dir / "registry.db", exclusive=True),
+        serving("serve", "--port", str(port), env=env) as process,
+    ):
+        async with aiohttp.ClientSession() as session:
+            await wait_serving(session, f"http://127.0.0.1:{port}/healthz")  # not ready: degraded
+            doc = {"instance": instance_doc()}
+            async with session.post(f"{base}/apps/ORDERS", json=doc) as response:
+                assert 204 == response.status
+            overridden = f"{base}/apps/ORDERS/i-1/status?value=OUT_OF_SERVICE"
+            async with session.put(overridden) as response:
+                assert 503 == response.status  # in force, not on disk: said so
+        lines = await stop(process)
+    assert 0 == process.returncode
+    events = [e["event"] for e in lines]
+    assert "store_failed" in events
+    assert [P.DRAINING, P.STOPPED] == [e["phase"] for e in lines if "phase" in e][-2:]
+    assert "server_stopped" == events[-1]

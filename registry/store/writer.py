@@ -91,13 +91,14 @@ class StoreWriter:
         try:
             store = await self._open()
             snapshot = await store.load(registered_ms=self._clock.wall_ms())
-        except NewerSchema:
-            raise
         except (sqlite3.Error, OSError) as exc:
             await self._close()
             self._opened_late = True
             self._failed(exc)
             return None
+        except BaseException:  # a newer schema, or a start interrupted: nothing is left open
+            await self._close()
+            raise
         return snapshot
 
     async def close(self) -> None:

@@ -13,9 +13,8 @@ import pytest
 from registry import Settings, create_app
 from registry.appkeys import WRITER
 from registry.store.sqlite import Store
-from tests.helpers import JSON, fetch_json, register
+from tests.helpers import JSON, fetch_json, locked, register
 from tests.registry.test_core import T0
-from tests.registry.test_store_writer import locked
 
 
 @pytest.fixture

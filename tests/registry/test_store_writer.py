@@ -5,9 +5,7 @@ from __future__ import annotations
 import asyncio
 import shutil
 import sqlite3
-import threading
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
@@ -19,6 +17,7 @@ from registry.model import InstanceStatus
 from registry.overrides import Note
 from registry.store.sqlite import Batch, Store
 from registry.store.writer import StoreWriter
+from tests.helpers import locked
 from tests.registry.test_core import T0, make
 
 S = InstanceStatus
@@ -45,31 +44,6 @@ async def stored(writer: StoreWriter) -> dict[str, InstanceStatus]:
         return {i.instance_id: i.status for i in (await store.load()).instances}
     finally:
         await store.close()
-
-
-@asynccontextmanager
-async def locked(path: Path, *, exclusive: bool = False) -> AsyncIterator[None]:
-    """Another connection holds the write lock (as another process would) until the block ends;
-    `exclusive`: reading is locked out too."""
-    ready, release = threading.Event(), threading.Event()
-
-    def hold() -> None:
-        db = sqlite3.connect(path, isolation_level=None)
-        if exclusive:
-            db.execute("PRAGMA locking_mode = EXCLUSIVE")
-        db.execute("BEGIN EXCLUSIVE" if exclusive else "BEGIN IMMEDIATE")
-        ready.set()
-        release.wait(30)
-        db.execute("ROLLBACK")
-        db.close()
-
-    holder = asyncio.ensure_future(asyncio.to_thread(hold))
-    await asyncio.to_thread(ready.wait, 5)
-    try:
-        yield
-    finally:
-        release.set()
-        await holder
 
 
 class TestBatches:
