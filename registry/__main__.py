@@ -70,35 +70,39 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     configure(level=settings.log_level, fmt=settings.log_format)
     log = structlog.get_logger()
-    loop = new_event_loop()
-    log.info(
-        "server_starting",
-        host=settings.host,
-        port=settings.port,
-        config=str(config),
-        peers=list(settings.peers),
-        loop=loop_name(loop),
-        credentials="by plane" if settings.secured else "none (loopback only)",
-    )
     missing = settings.missing_credentials()
-    if settings.insecure_public_bind and missing:
-        log.warning("serving_without_credentials", host=settings.host, missing=missing)
     app = create_app(settings, reload=load)
+    access_log = logging.getLogger("aiohttp.access") if settings.access_log else None
     try:
-        with asyncio.Runner(loop_factory=lambda: loop) as runner:
+        with asyncio.Runner(loop_factory=new_event_loop) as runner:
+            log.info(
+                "server_starting",
+                host=settings.host,
+                port=settings.port,
+                config=str(config),
+                peers=list(settings.peers),
+                loop=loop_name(runner.get_loop()),
+                credentials="by plane" if settings.secured else "none (loopback only)",
+            )
+            if settings.insecure_public_bind and missing:
+                log.warning("serving_without_credentials", host=settings.host, missing=missing)
             runner.run(
                 serving.serve(
                     app,
                     host=settings.host,
                     port=settings.port,
                     backlog=LISTEN_BACKLOG,
-                    access_log=logging.getLogger("aiohttp.access") if settings.access_log else None,
+                    access_log=access_log,
                 )
             )
     except NewerSchema as exc:
         log.error("store_refused", detail=str(exc))
         print(f"service-registry: {exc}", file=sys.stderr)
         return 2
+    except OSError as exc:  # the address is taken, or not this host's
+        log.error("server_failed", host=settings.host, port=settings.port, detail=str(exc))
+        print(f"service-registry: {exc}", file=sys.stderr)
+        return 1
     log.info("server_stopped")
     return 0
 

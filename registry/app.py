@@ -202,7 +202,11 @@ def _peers(reload: Reload | None) -> Callable[[web.Application], AsyncIterator[N
         """Replication, start-up sync and anti-entropy; SIGHUP reloads the peer list."""
         cluster, settings, clock = app[CLUSTER], app[SETTINGS], app[CLOCK]
         registry, lifecycle = app[REGISTRY], app[LIFECYCLE]
-        await cluster.start()
+        try:
+            await cluster.start()
+        except BaseException:  # a start stopped here: its session is closed again
+            await cluster.aclose()
+            raise
 
         def take_notes(listed: object) -> None:
             """A peer's override notes, for our overrides that lack them (or have older)."""
@@ -304,6 +308,8 @@ async def _store(app: web.Application) -> AsyncIterator[None]:
         late_restore=late_restore,
         busy_timeout_ms=int(settings.store_busy_timeout * 1000),
     )
+    # Before the restore, which tells of overrides the store's table lacks (see Registry.load).
+    registry.subscribe(writer.on_change, overrides=writer.on_override)
     # Before serving: nothing else allocates meanwhile.
     app[LIFECYCLE].move(Phase.RESTORING, f"reading {writer.path}")
     with heap.collections_paused(then_freeze=settings.gc_freeze_interval > 0):
@@ -313,7 +319,6 @@ async def _store(app: web.Application) -> AsyncIterator[None]:
             app[LIFECYCLE].move(
                 Phase.RESTORING, f"restored {app[RESTORED]} instances from {writer.path}"
             )
-    registry.subscribe(writer.on_change, overrides=writer.on_override)
     retention_ms = int(settings.override_history_retention * 1000)
 
     async def forget_old_history() -> None:

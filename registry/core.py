@@ -209,8 +209,11 @@ class Registry:
             if iid in leases:  # met twice: the second is a re-registration, as ever
                 self.register(instance, now_ms=now_ms, is_replication=True)
                 continue
-            if instance.overridden_status is not _UNKNOWN:
-                overrides.setdefault(iid, instance.overridden_status)
+            if instance.overridden_status is not _UNKNOWN and iid not in overrides:
+                # A row carrying an override its store's table lacks (written by a release
+                # that could leave them apart): in force, and told, so the store gets it back.
+                overrides[iid] = instance.overridden_status
+                self._told(_O.SET, instance.app, iid, now_ms)
             override = overrides.get(iid)
             decided = decisions.get((instance.status, override))
             if decided is None:
@@ -249,7 +252,8 @@ class Registry:
     ) -> None:
         """Take a store's overrides, their notes and index (a warm restart), before its
         instances come back: restored instances then show their overrides, and the index never
-        goes backwards. No override subscriber is told: the store holds them already."""
+        goes backwards. No override subscriber is told: the store holds them already (see
+        `load` for what its instances may carry beyond them)."""
         self._overrides.update(overrides)
         for iid, note in notes:
             self.notes.note(iid, note)
@@ -269,6 +273,7 @@ class Registry:
         theirs = instance.overridden_status
         if theirs is _UNKNOWN:
             if self._overrides.pop(iid, None) is not None:
+                self.notes.forget(iid)
                 self._told(_O.DELETED, instance.app, iid, now_ms)
         elif self._overrides.get(iid) is not theirs:
             self._overrides[iid] = theirs
@@ -365,6 +370,8 @@ class Registry:
         self._set_override(lease, status, now_ms, last_dirty_ms)
         if note is not None:
             self.notes.note(instance_id, note)
+        elif self.notes.of(instance_id, status) is None:
+            self.notes.forget(instance_id)  # a note of another status must not come back
         # Told even when nothing but the note changed, or nothing at all: it is written again.
         self._told(_O.SET, app, instance_id, now_ms, None if note is None else note.by)
         if self.outbox is not None and not is_replication:
@@ -406,13 +413,10 @@ class Registry:
 
         The default UNKNOWN makes the next heartbeat answer 404, so the client re-registers
         and its own status takes over again. The override of an instance that is gone
-        (cancelled, evicted) is removed too; with neither, UnknownInstance.
+        (cancelled, evicted, its lease lapsed) is removed too; with neither, UnknownInstance.
         """
         if not self._holds(app, instance_id, now_ms) and instance_id in self._overrides:
-            del self._overrides[instance_id]
-            self.notes.forget(instance_id)
-            self._told(_O.DELETED, app, instance_id, now_ms, by)
-            log.info("override_deleted", app=app, instance_id=instance_id, instance="gone")
+            self._delete_gone(app, instance_id, now_ms, status, last_dirty_ms, by)
             if self.outbox is not None and not is_replication:
                 self.outbox(_A.DELETE_STATUS_OVERRIDE, app, instance_id, status, last_dirty_ms)
             return
@@ -434,6 +438,41 @@ class Registry:
             self.outbox(
                 _A.DELETE_STATUS_OVERRIDE, app, instance_id, status, lease.instance.last_dirty_ms
             )
+
+    def _delete_gone(
+        self,
+        app: str,
+        instance_id: str,
+        now_ms: int,
+        status: InstanceStatus,
+        last_dirty_ms: int | None,
+        by: str | None,
+    ) -> None:
+        """The override of an instance no live lease in `app` holds. One that another
+        application's live instance holds is not this call's; a lapsed lease loses it too, so
+        that what is stored of the instance never carries an override that is gone."""
+        try:
+            elsewhere = self.find(instance_id, now_ms=now_ms).instance.app
+        except UnknownInstance:
+            elsewhere = None
+        if elsewhere is not None:
+            raise UnknownInstance(
+                f"no instance {instance_id!r} in {app!r} (it is in {elsewhere!r})"
+            )
+        del self._overrides[instance_id]
+        self.notes.forget(instance_id)
+        self._told(_O.DELETED, app, instance_id, now_ms, by)
+        lapsed = self._apps.get(app, {}).get(instance_id)
+        if lapsed is not None:
+            lapsed.decision = _admin("an admin's override deleted", status)
+            self._change(
+                lapsed,
+                now_ms,
+                status=status,
+                overridden_status=_UNKNOWN,
+                last_dirty_ms=max(lapsed.instance.last_dirty_ms, last_dirty_ms or 0),
+            )
+        log.info("override_deleted", app=app, instance_id=instance_id, instance="gone")
 
     def expire_due(self, *, now_ms: int) -> list[tuple[str, str]]:
         """Remove every override whose expiry has come (see `expire_override`); the

@@ -16,6 +16,10 @@ import signal
 
 from aiohttp import web
 
+# How long an idle keep-alive connection is kept open (aiohttp's `run_app` gives 75 s; its
+# runner alone, an hour).
+KEEPALIVE_TIMEOUT = 75.0
+
 
 async def serve(
     app: web.Application,
@@ -30,7 +34,9 @@ async def serve(
     stopping = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stopping.set)
-    runner = web.AppRunner(app, handle_signals=False, access_log=access_log)
+    runner = web.AppRunner(
+        app, handle_signals=False, access_log=access_log, keepalive_timeout=KEEPALIVE_TIMEOUT
+    )
     try:
         start = asyncio.ensure_future(_start(runner, host, port, backlog))
         stop = asyncio.ensure_future(stopping.wait())
@@ -44,9 +50,9 @@ async def serve(
         start.result()  # a start that failed raises here
         await stopping.wait()
     finally:
-        await runner.cleanup()  # the contexts entered so far exit, the last entered first
         for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.remove_signal_handler(sig)
+            loop.remove_signal_handler(sig)  # a second signal ends the process at once
+        await runner.cleanup()  # the contexts entered so far exit, the last entered first
 
 
 async def _start(runner: web.AppRunner, host: str, port: int, backlog: int) -> None:

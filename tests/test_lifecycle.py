@@ -4,8 +4,11 @@ its start is under way or its store fails."""
 
 from __future__ import annotations
 
+import asyncio
 import itertools
+import json
 import os
+import socket
 from pathlib import Path
 
 import aiohttp
@@ -15,7 +18,7 @@ from registry.errors import NotSynced
 from registry.lifecycle import ALLOWED, InvalidTransition, Lifecycle, Phase
 from registry.store.sqlite import Store
 from tests.helpers import eventually, free_port, instance_doc, locked
-from tests.test_cli import TIMEOUT, serving, stop, wait_serving
+from tests.test_cli import TIMEOUT, serving, start, stop, wait_serving
 
 P = Phase
 # Every move the server makes, written out here rather than read from the table.
@@ -202,3 +205,24 @@ async def test_a_failing_store_stops_cleanly(store_dir):
     assert "store_failed" in events
     assert [P.DRAINING, P.STOPPED] == [e["phase"] for e in lines if "phase" in e][-2:]
     assert "server_stopped" == events[-1]
+
+
+@pytest.mark.slow
+async def test_a_start_that_fails_stops_what_had_started(store_dir):
+    """The port is taken: the store opened by the start is closed again (SQLite removes
+    the WAL file when its last connection closes), the phases end in STOPPED, and the process
+    exits 1 saying why."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        process = await start("serve", "--port", str(port), env=store_env(store_dir, 0.1))
+        _, stderr = await asyncio.wait_for(process.communicate(), TIMEOUT)
+    assert 1 == process.returncode
+    *logged, said = stderr.decode().splitlines()
+    lines = [json.loads(line) for line in logged]
+    assert said.startswith("service-registry: ")
+    assert [P.DRAINING, P.STOPPED] == [e["phase"] for e in lines if "phase" in e][-2:]
+    assert "server_failed" == lines[-1]["event"]
+    wal = store_dir / "registry.db-wal"
+    assert not await asyncio.to_thread(wal.exists)  # the store was closed, not dropped

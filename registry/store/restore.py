@@ -65,6 +65,11 @@ def restore_missing(
         for o in snapshot.overrides
         if o.instance_id not in present and o.instance_id not in overrides_removed
     ]
+    # The same override, handed over meanwhile by a peer without its note: the stored note
+    # (reason, expiry, author) is taken back rather than lost.
+    registry.take_notes(
+        notes_of(o for o in snapshot.overrides if present.get(o.instance_id) is o.status)
+    )
     registry.restore({o.instance_id: o.status for o in missing}, 0, notes_of(missing))
     count = 0
     for instance in snapshot.instances:

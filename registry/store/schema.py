@@ -34,7 +34,7 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
             set_ms INTEGER NOT NULL,
             expires_ms INTEGER
         )""",
-        # Every override set, deleted or expired: the audit trail.
+        # The audit trail: every change to an override (set, deleted, expired, instance cancelled).
         """CREATE TABLE override_history (
             seq INTEGER PRIMARY KEY AUTOINCREMENT,
             at_ms INTEGER NOT NULL,

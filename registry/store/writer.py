@@ -191,15 +191,24 @@ class StoreWriter:
         batch = self._whole_registry() if rewrite else self._batch(instances, overrides)
         batch = dataclasses.replace(batch, history=history)
         self._in_flight = len(instances) + len(history)
+        write = asyncio.ensure_future(store.write(batch))
         try:
-            await store.write(batch)
-        except BaseException:
-            self._in_flight = 0
-            # Changes made while the write was under way are newer: they win.
-            self._instances = instances | self._instances
-            self._overrides = overrides | self._overrides
-            self._history = history + self._history
+            await asyncio.shield(write)
+        except asyncio.CancelledError:
+            # The transaction runs on in SQLite's thread whatever we do: its end, not the
+            # cancel, says whether this batch is written, so history is never written twice.
+            await asyncio.wait([write])
+            if write.cancelled() or write.exception() is not None:
+                self._requeue(instances, overrides, history)
+            else:
+                self._written(rewrite)
             raise
+        except BaseException:
+            self._requeue(instances, overrides, history)
+            raise
+        self._written(rewrite)
+
+    def _written(self, rewrite: bool) -> None:
         self._in_flight = 0
         self._rewrite = False
         self.batches += 1
@@ -211,6 +220,19 @@ class StoreWriter:
                 rewritten=rewrite,
             )
             self.failing_since = None
+
+    def _requeue(
+        self,
+        instances: dict[InstanceKey, LeaseSnapshot | None],
+        overrides: dict[str, StoredOverride | None],
+        history: list[OverrideChange],
+    ) -> None:
+        """A batch that was not written waits for the next flush; changes made while it was
+        under way are newer, and win."""
+        self._in_flight = 0
+        self._instances = instances | self._instances
+        self._overrides = overrides | self._overrides
+        self._history = history + self._history
 
     def _batch(
         self,
@@ -255,10 +277,14 @@ class StoreWriter:
         """The store, opened now; if it could not be at start-up, what it kept is merged in."""
         store = await self._open()
         if self._opened_late:
-            snapshot = await store.load()
-            if self._late_restore is not None:
-                removed = {key for key, lease in self._instances.items() if lease is None}
-                self._late_restore(snapshot, removed, self._overrides_removed)
+            try:
+                snapshot = await store.load()
+                if self._late_restore is not None:
+                    removed = {key for key, lease in self._instances.items() if lease is None}
+                    self._late_restore(snapshot, removed, self._overrides_removed)
+            except BaseException:
+                await self._close()  # opened again, and merged, by a later flush
+                raise
             self._opened_late = False
             self._overrides_removed = set()
         return store

@@ -301,6 +301,27 @@ class TestCancel:
         with pytest.raises(UnknownInstance):  # neither an instance nor an override
             registry.delete_status_override("ORDERS", "i-1", now_ms=T0 + 200_003)
 
+    def test_a_lapsed_lease_loses_the_override_deleted_under_it(self, registry):
+        """What is kept of the instance (and written to the store) carries no override once
+        it is deleted, so a restart cannot bring it back."""
+        registry.register(make(), now_ms=T0)
+        registry.set_status_override("ORDERS", "i-1", S.OUT_OF_SERVICE, now_ms=T0)
+        registry.delete_status_override("ORDERS", "i-1", now_ms=T0 + 90_001, status=S.UP)
+        (lease,) = registry.application("ORDERS")
+        assert ({}, S.UP, S.UNKNOWN) == (
+            dict(registry.overrides()),
+            lease.instance.status,
+            lease.instance.overridden_status,
+        )
+
+    def test_a_delete_naming_another_application_leaves_the_override(self, registry):
+        """The override of a live instance is its own application's to delete."""
+        registry.register(make(), now_ms=T0)
+        registry.set_status_override("ORDERS", "i-1", S.OUT_OF_SERVICE, now_ms=T0)
+        with pytest.raises(UnknownInstance, match="it is in 'ORDERS'"):
+            registry.delete_status_override("BILLING", "i-1", now_ms=T0 + 1)
+        assert {"i-1": S.OUT_OF_SERVICE} == dict(registry.overrides())
+
 
 class TestOverrideNotes:
     """What the admin said with an override is the core's: set, taken from a peer, forgotten
@@ -350,6 +371,7 @@ class TestOverrideChanges:
 
     @staticmethod
     def seen(changes: list[OverrideChange]) -> list[tuple[str, str, S | None, str | None]]:
+        assert {"ORDERS"} == {c.app for c in changes}
         return [(c.action.value, c.instance_id, c.status, c.by) for c in changes]
 
     def test_an_admins_set_delete_and_the_cancel_under_one(self, registry, changes):
@@ -413,12 +435,36 @@ class TestOverrideChanges:
         ] == self.seen(changes)
         assert (note, T0 + 1) == (changes[-1].note, changes[-1].at_ms)
 
-    def test_a_warm_restart_tells_nothing(self, registry, changes):
-        """What the store gave back is on disk already."""
+    def test_a_warm_restart_tells_only_what_the_stores_table_lacks(self, registry, changes):
+        """What the store gave back is on disk already; an instance row carrying an override
+        the table lacks (an earlier release could leave them apart) is told, to be written."""
         note = Note("ORDERS", S.DOWN, None, T0, None)
         registry.restore({"a": S.DOWN}, 5, [("a", note)])
-        registry.load([make("a", overridden_status=S.DOWN), make("b", status=S.DOWN)], now_ms=T0)
-        assert [] == changes
+        registry.load(
+            [
+                make("a", overridden_status=S.DOWN),
+                make("b", status=S.DOWN),
+                make("c", status=S.OUT_OF_SERVICE, overridden_status=S.OUT_OF_SERVICE),
+            ],
+            now_ms=T0,
+        )
+        assert [("set", "c", S.OUT_OF_SERVICE, None)] == self.seen(changes)
+        assert {"a": S.DOWN, "c": S.OUT_OF_SERVICE} == dict(registry.overrides())
+
+    def test_a_note_of_another_status_does_not_come_back(self, registry, changes):
+        """An override changed without a note, or taken away by a peer's copy, loses its
+        note: the status it was given for coming back later brings no stale reason."""
+        registry.register(make("a"), now_ms=T0)
+        note = Note("ORDERS", S.OUT_OF_SERVICE, "incident", T0, T0 + 60_000, "ops")
+        registry.set_status_override("ORDERS", "a", S.OUT_OF_SERVICE, now_ms=T0, note=note)
+        registry.set_status_override("ORDERS", "a", S.DOWN, now_ms=T0 + 1)
+        registry.set_status_override("ORDERS", "a", S.OUT_OF_SERVICE, now_ms=T0 + 2)
+        assert None is registry.notes.of("a", S.OUT_OF_SERVICE)
+        registry.set_status_override("ORDERS", "a", S.OUT_OF_SERVICE, now_ms=T0 + 3, note=note)
+        registry.adopt(make("a", dirty=T0 + 9), now_ms=T0 + 4, last_renewal_ms=T0 + 4)
+        hand_over = make("a", overridden_status=S.OUT_OF_SERVICE, dirty=T0 + 10)
+        registry.adopt(hand_over, now_ms=T0 + 5, last_renewal_ms=T0 + 5)
+        assert None is registry.notes.of("a", S.OUT_OF_SERVICE)
 
 
 class TestOverrides:

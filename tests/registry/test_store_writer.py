@@ -15,8 +15,9 @@ from registry import FakeClock
 from registry.core import Registry
 from registry.model import InstanceStatus
 from registry.overrides import Note
-from registry.store.sqlite import Batch, Store
-from registry.store.writer import StoreWriter
+from registry.store.restore import restore_missing
+from registry.store.sqlite import Batch, Snapshot, Store, StoredOverride
+from registry.store.writer import InstanceKey, StoreWriter
 from tests.helpers import locked
 from tests.registry.test_core import T0, make
 
@@ -35,6 +36,17 @@ async def writer(tmp_path: Path, registry: Registry) -> AsyncIterator[StoreWrite
     registry.subscribe(writer.on_change, overrides=writer.on_override)
     yield writer
     await writer.close()
+
+
+async def overrides_and_history(
+    writer: StoreWriter,
+) -> tuple[list[StoredOverride], list[dict[str, object]]]:
+    """What a fresh connection finds of the overrides: their rows, and their history."""
+    store = await Store.open(writer.path, now_ms=T0)
+    try:
+        return (await store.load()).overrides, await store.history()
+    finally:
+        await store.close()
 
 
 async def stored(writer: StoreWriter) -> dict[str, InstanceStatus]:
@@ -134,6 +146,34 @@ class TestFaults:
         ]
         expected = {"a": S.OUT_OF_SERVICE, "b0": S.UP, "b1": S.UP, "b2": S.UP}
         assert expected == await stored(writer)
+        overrides, history = await overrides_and_history(writer)
+        assert [("a", S.OUT_OF_SERVICE)] == [(o.instance_id, o.status) for o in overrides]
+        assert [("set", "a")] == [(h["action"], h["instance_id"]) for h in history]
+
+    async def test_a_flush_cancelled_while_it_writes_writes_its_history_once(
+        self, tmp_path, registry
+    ):
+        """The flush loop stopped while its transaction waits for a lock: the transaction
+        still commits once the lock is let go, so nothing of it is queued again."""
+        path = tmp_path / "registry.db"
+        writer = StoreWriter(path, registry, FakeClock(), busy_timeout_ms=10_000)
+        assert await writer.open() is not None
+        registry.subscribe(writer.on_change, overrides=writer.on_override)
+        try:
+            registry.register(make("a"), now_ms=T0)
+            registry.set_status_override("ORDERS", "a", S.OUT_OF_SERVICE, now_ms=T0)
+            async with locked(writer.path):
+                flushing = asyncio.ensure_future(writer.flush())
+                await asyncio.sleep(0.2)  # its transaction waits for the lock meanwhile
+                flushing.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await flushing
+            assert (0, 1) == (writer.pending, writer.batches)
+            await writer.flush()
+            _, history = await overrides_and_history(writer)
+            assert [("set", "a")] == [(h["action"], h["instance_id"]) for h in history]
+        finally:
+            await writer.close()
 
     async def test_the_flush_loop_tick_never_raises(self, registry, writer):
         registry.register(make("a"), now_ms=T0)
@@ -194,6 +234,36 @@ class TestFaults:
             assert not writer.degraded
             assert [({"stale", "gone"}, {("ORDERS", "gone")}, {"fresh"})] == handed
             assert {"stale": S.UP, "fresh": S.UP} == await stored(writer)
+        finally:
+            await writer.close()
+
+    async def test_a_store_opened_late_keeps_the_note_of_an_override_handed_over_meanwhile(
+        self, tmp_path, registry
+    ):
+        """While the store could not be opened, a peer handed over an override it holds,
+        without its note: once it opens, the stored reason, expiry and author stay."""
+        path = tmp_path / "registry.db"
+        store = await Store.open(path, now_ms=T0)
+        kept = StoredOverride("ORDERS", "a", S.OUT_OF_SERVICE, "disk swap", T0, T0 + 9_000, "ops")
+        await store.write(Batch(overrides_set=[kept]))
+        await store.close()
+
+        def late_restore(snapshot: Snapshot, removed: set[InstanceKey], gone: set[str]) -> None:
+            restore_missing(registry, snapshot, removed, gone, now_ms=T0 + 2)
+
+        clock = FakeClock()
+        writer = StoreWriter(path, registry, clock, busy_timeout_ms=50, late_restore=late_restore)
+        try:
+            async with locked(path, exclusive=True):
+                assert await writer.open() is None
+                registry.subscribe(writer.on_change, overrides=writer.on_override)
+                handed = make("a", status=S.OUT_OF_SERVICE, overridden_status=S.OUT_OF_SERVICE)
+                registry.register(handed, now_ms=T0 + 1, is_replication=True)
+            await writer.flush()
+            overrides, _ = await overrides_and_history(writer)
+            assert [kept] == overrides
+            note = registry.notes.of("a", S.OUT_OF_SERVICE)
+            assert ("disk swap", T0 + 9_000) == (note.reason, note.expires_ms)
         finally:
             await writer.close()
 
