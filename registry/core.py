@@ -425,14 +425,7 @@ class Registry:
         self.notes.forget(instance_id)
         if self._overrides.pop(instance_id, None) is not None:
             self._told(_O.DELETED, app, instance_id, now_ms, by)
-            lease.decision = _admin("an admin's override deleted", status)
-            self._change(
-                lease,
-                now_ms,
-                status=status,
-                overridden_status=_UNKNOWN,
-                last_dirty_ms=max(lease.instance.last_dirty_ms, last_dirty_ms or 0),
-            )
+            self._override_deleted(lease, status, now_ms, last_dirty_ms)
             log.info("override_deleted", app=app, instance_id=instance_id, status=status.value)
         if self.outbox is not None and not is_replication:
             self.outbox(
@@ -464,15 +457,21 @@ class Registry:
         self._told(_O.DELETED, app, instance_id, now_ms, by)
         lapsed = self._apps.get(app, {}).get(instance_id)
         if lapsed is not None:
-            lapsed.decision = _admin("an admin's override deleted", status)
-            self._change(
-                lapsed,
-                now_ms,
-                status=status,
-                overridden_status=_UNKNOWN,
-                last_dirty_ms=max(lapsed.instance.last_dirty_ms, last_dirty_ms or 0),
-            )
+            self._override_deleted(lapsed, status, now_ms, last_dirty_ms)
         log.info("override_deleted", app=app, instance_id=instance_id, instance="gone")
+
+    def _override_deleted(
+        self, lease: Lease, status: InstanceStatus, now_ms: int, last_dirty_ms: int | None
+    ) -> None:
+        """The instance without its override: `status` left behind it."""
+        lease.decision = _admin("an admin's override deleted", status)
+        self._change(
+            lease,
+            now_ms,
+            status=status,
+            overridden_status=_UNKNOWN,
+            last_dirty_ms=max(lease.instance.last_dirty_ms, last_dirty_ms or 0),
+        )
 
     def expire_due(self, *, now_ms: int) -> list[tuple[str, str]]:
         """Remove every override whose expiry has come (see `expire_override`); the
