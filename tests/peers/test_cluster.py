@@ -12,6 +12,7 @@ import contextlib
 import os
 import signal
 import sys
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, TypeVar
@@ -401,6 +402,40 @@ class TestReload:
         await a.register("ORDERS", "after-reload")
         await eventually(lambda: b.instance("ORDERS", "after-reload"))
         assert None is await b.instance("ORDERS", "before-reload")
+
+
+class TestOverrides:
+    async def test_an_overrides_note_and_expiry_hold_on_a_peer_after_its_origin_dies(self, nodes):
+        """Reason, author and expiry set on A are listed the same on B; with A killed, B
+        removes the override at its expiry, and not before. Real processes keep real time, so
+        the expiry is a few seconds away and B is watched until it passes."""
+        a, b = await nodes.cluster(2)
+        await a.register("ORDERS", "i-1")
+        await eventually(lambda: b.instance("ORDERS", "i-1"))
+        put = "apps/ORDERS/i-1/status?value=OUT_OF_SERVICE&reason=disk+swap&expires=4s"
+        assert 200 == (await a.call("PUT", put))[0]
+
+        async def listed(node: Node) -> list[dict[str, Any]]:
+            status, answer = await node.call("GET", "overrides")
+            assert 200 == status, answer
+            return answer["overrides"]  # type: ignore[no-any-return]
+
+        on_b = await eventually(lambda: listed(b))
+        assert await listed(a) == on_b
+        assert ("disk swap", "OUT_OF_SERVICE") == (on_b[0]["reason"], on_b[0]["status"])
+        await a.kill()
+        expires_at = on_b[0]["expiresAt"]
+        seen: list[tuple[float, bool]] = []  # (wall ms, still listed)
+
+        async def watched() -> bool:
+            still = bool(await listed(b))
+            seen.append((time.time() * 1000, still))
+            return still
+
+        await eventually(watched, lambda still: not still, timeout=15)
+        assert all(still for at, still in seen if at < expires_at)
+        assert seen[-1][0] < expires_at + 2_500  # the expiry sweep runs once a second
+        assert "UNKNOWN" == (await b.instance("ORDERS", "i-1"))["status"]
 
 
 class TestAntiEntropy:
