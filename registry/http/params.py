@@ -18,6 +18,9 @@ _DURATION = re.compile(r"(\d{1,9}(?:\.\d{1,3})?)(ms|s|m)?")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, None: 1.0}
 _EXPIRY = re.compile(r"(\d{1,7}(?:\.\d{1,3})?)(s|m|h|d)")
 _EXPIRY_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+# The furthest an override's expiry may be: beyond a year it is no expiry, and a time past
+# what every reader can render (year 9999) is a way to break the status page for everyone.
+MAX_EXPIRY_MS = 366 * 86_400_000
 
 
 def is_replication(request: web.Request) -> bool:
@@ -119,7 +122,8 @@ def reason(query: str) -> str | None:
 
 def expires_ms(query: str, *, now_ms: int) -> int | None:
     """`?expires=` of an override: a duration from now (`90s`, `30m`, `8h`, `7d`) or an
-    ISO 8601 time with its offset (`2026-11-23T08:00:00Z`); as epoch milliseconds."""
+    ISO 8601 time with its offset (`2026-11-23T08:00:00Z`), at most a year away; as epoch
+    milliseconds."""
     raw = query_value(query, "expires")
     if raw is None or raw == "":
         return None
@@ -138,6 +142,8 @@ def expires_ms(query: str, *, now_ms: int) -> int | None:
         when = int(moment.timestamp() * 1000)
     if when <= now_ms:
         raise BadInput("expires", f"{raw!r} is not in the future")
+    if when - now_ms > MAX_EXPIRY_MS:
+        raise BadInput("expires", f"{raw!r} is more than a year away (omit it: no expiry)")
     return when
 
 

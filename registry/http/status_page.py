@@ -143,7 +143,12 @@ def _note(note: Note | None) -> str:
 
 
 def _time(ms: int) -> str:
-    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    """A time as people read it; one no calendar holds (a peer's, an earlier release's) as
+    its milliseconds, rather than failing the page."""
+    try:
+        return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    except (ValueError, OverflowError, OSError):
+        return f"{ms} ms after 1970"
 
 
 def _summary(app: web.Application, now_ms: int) -> str:

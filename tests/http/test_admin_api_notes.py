@@ -63,6 +63,9 @@ class TestReasonAndExpiry:
             ("expires=2020-01-01T00:00:00Z", "expires"),  # in the past
             ("expires=2030-01-01T00:00:00", "expires"),  # no offset
             ("expires=0s", "expires"),
+            ("expires=9999999d", "expires"),  # past year 9999: no page could show it
+            ("expires=367d", "expires"),  # more than a year
+            ("expires=3000-01-01T00:00:00Z", "expires"),
             ("reason=" + "x" * 1001, "reason"),
         ],
     )

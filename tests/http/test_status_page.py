@@ -14,6 +14,9 @@ from blockbuster import BlockBuster
 from playwright.async_api import Browser, async_playwright, expect
 
 from registry import Settings, create_app
+from registry.appkeys import REGISTRY
+from registry.model import InstanceStatus
+from registry.overrides import Note
 from tests.helpers import instance_doc, register
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -53,6 +56,18 @@ class TestPage:
         html = await page_of(client)
         assert 'data-override="OUT_OF_SERVICE"' in html
         assert '<div class="reason">disk &lt;full&gt;</div>' in html
+
+    async def test_an_expiry_no_calendar_holds_still_renders(self, client, clock):
+        """A peer (or an earlier release) may hold any Java long as an expiry: the page shows
+        it as milliseconds rather than failing for everyone."""
+        await register(client, "ORDERS", "i-1")
+        now_ms, never = clock.wall_ms(), 2**63 - 1
+        note = Note("ORDERS", InstanceStatus.DOWN, "pinned", now_ms, never, "peer")
+        client.app[REGISTRY].set_status_override(
+            "ORDERS", "i-1", InstanceStatus.DOWN, now_ms=now_ms, note=note, is_replication=True
+        )
+        html = await page_of(client)
+        assert f"until {never} ms after 1970" in html
 
     async def test_shows_self_preservation_and_the_node(self, client):
         await register(client, "ORDERS", "i-1")
