@@ -75,9 +75,13 @@ def required_status(request: web.Request) -> InstanceStatus:
 
 
 def optional_status(request: web.Request) -> InstanceStatus | None:
+    """`?value=`: None when the parameter is left out; an empty one names no status, and is
+    refused rather than read as left out (a DELETE would then drop the override)."""
     raw = query_value(query_string(request), "value")
-    if raw is None or raw == "":
+    if raw is None:
         return None
+    if raw == "":
+        raise BadInput("value", "is empty: name a status, or leave the parameter out")
     return wire.status(raw, "value", default=InstanceStatus.UNKNOWN)
 
 

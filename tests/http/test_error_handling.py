@@ -281,11 +281,13 @@ class TestStatusValues:
         await assert_unchanged(client, before)
         assert {} == dict(registry_of(client).overrides())
 
-    async def test_override_delete_with_unknown_status_is_refused(self, client, before):
-        """A DELETE of an override with an unknown value is a 400 and keeps the override."""
+    @pytest.mark.parametrize("query", ["?value=SLEEPING", "?value=", "?value=&x=1"])
+    async def test_override_delete_with_unknown_status_is_refused(self, client, before, query):
+        """A DELETE of an override with an unknown or empty value is a 400 and keeps the
+        override (an empty value is not a value left out)."""
         assert 200 == (await client.put(f"{INSTANCE}/status?value=OUT_OF_SERVICE")).status
         with_override = await snapshot(client, INSTANCE, APPS)
-        response = await client.delete(f"{INSTANCE}/status?value=SLEEPING")
+        response = await client.delete(f"{INSTANCE}/status{query}")
         await assert_error(response, 400, "bad_input", "value")
         await assert_unchanged(client, with_override)
         assert {"i-1": "OUT_OF_SERVICE"} == with_override.overrides
