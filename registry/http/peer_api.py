@@ -94,7 +94,8 @@ def apply(registry: Registry, item: object, now_ms: int) -> None:
     """Run the command one item describes, as a replication; raises what the command raises."""
     if not isinstance(item, Mapping):
         raise errors.BadInput("replicationList[]", "each item must be an object")
-    action = _ACTIONS.get(item.get("action"))  # type: ignore[arg-type]
+    named = item.get("action")
+    action = _ACTIONS.get(named) if isinstance(named, str) else None
     if action is None:
         raise errors.BadInput("action", f"must be one of {sorted(_ACTIONS)}")
     app = _required_text(item, "appName").upper()

@@ -8,6 +8,7 @@ from typing import Any
 import orjson
 import pytest
 from aiohttp.test_utils import TestClient
+from structlog.testing import capture_logs
 
 from registry.model import InstanceStatus
 from tests.helpers import fetch_json, instance_doc, register, registry_of
@@ -116,6 +117,16 @@ class TestItems:
         assert [400, 400, 400, 400, 400, 400, 400, 200] == [a["statusCode"] for a in answers]
         assert "appName" in answers[2]["detail"]
         assert ["ok"] == [lease.instance.instance_id for lease in registry_of(client).leases()]
+
+    @pytest.mark.parametrize("action", [["x"], {"Register": 1}, 5, None, True])
+    async def test_an_action_that_is_no_name_is_400_without_a_traceback(
+        self, client: TestClient, action: object
+    ):
+        with capture_logs() as logs:
+            (answer,) = await post_batch(client, [{**item("Cancel"), "action": action}])
+        assert (400, "bad_input") == (answer["statusCode"], answer["error"])
+        assert answer["detail"].startswith("action: must be one of")
+        assert [] == [e for e in logs if e["log_level"] == "error"]
 
     async def test_items_are_applied_as_replication(self, client: TestClient):
         """A replicated registration does not count as the instance's own client call."""
