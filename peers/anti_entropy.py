@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 import structlog
 
 from peers import merge
-from peers.client import PeerClient, PeerError, PeerSyncing
+from peers.client import PeerClient, PeerError, PeerRefused, PeerSyncing
 from peers.digest import Digests
 from registry.clock import Clock
 from registry.core import Registry
@@ -76,7 +76,10 @@ async def anti_entropy_forever(
                 adopted = await reconcile(client, registry, journal, digests, clock, take_notes)
             except PeerSyncing:
                 continue
-            except PeerError as exc:
+            except PeerRefused as exc:  # it answered, and would answer the same: say so
+                log.warning("anti_entropy_refused", peer=client.url, detail=str(exc))
+                continue
+            except PeerError as exc:  # it is down or busy: its dispatcher reports that
                 log.debug("anti_entropy_skipped", peer=client.url, detail=str(exc))
                 continue
             except Exception:

@@ -1,4 +1,10 @@
-"""429 for a client that fetches faster than its bucket allows (registry/ratelimit.py)."""
+"""429 for a client that fetches faster than its bucket allows (registry/ratelimit.py).
+
+Peers are never throttled: anti-entropy pulls many applications at once, and a refused pull
+leaves a node short of instances for a whole round. A peer's call carries the replication
+header, which the guard (outside this wrapper) lets through only with the peer credential
+when credentials are configured.
+"""
 
 from __future__ import annotations
 
@@ -9,12 +15,15 @@ from aiohttp.typedefs import Handler
 
 from registry.clock import Clock
 from registry.errors import TooManyRequests
+from registry.http.params import is_replication
 from registry.ratelimit import FetchLimiter, client_key, retry_after
 
 
 def limited(handler: Handler, limiter: FetchLimiter, clock: Clock) -> Handler:
     @functools.wraps(handler)
     async def wrapper(request: web.Request) -> web.StreamResponse:
+        if is_replication(request):
+            return await handler(request)
         key = client_key(request.remote)
         wait = limiter.wait(key, clock.monotonic())
         if wait:

@@ -72,3 +72,15 @@ async def test_a_zero_rate_turns_the_limit_off(aiohttp_client, clock):
     client = await aiohttp_client(create_app(Settings(fetch_rate_limit=0), clock=clock))
     answers = [await client.get("/eureka/apps", headers=JSON) for _ in range(300)]
     assert {200} == {r.status for r in answers}
+
+
+async def test_peers_are_never_throttled(client, clock):
+    """A peer's fetches (the replication header) pass however many: anti-entropy pulls many
+    applications at once."""
+    await register(client)
+    as_peer = {**JSON, "x-netflix-discovery-replication": "true"}
+    for _ in range(4 * BURST):
+        assert 200 == (await client.get("/eureka/apps/ORDERS", headers=as_peer)).status
+    for _ in range(BURST):
+        assert 200 == (await client.get("/eureka/apps", headers=JSON)).status
+    assert 429 == (await client.get("/eureka/apps", headers=JSON)).status  # clients still are

@@ -230,3 +230,25 @@ class TestAntiEntropy:
                 lease.instance.instance_id == "only-on-b" for lease in registry(node).leases()
             )
         )
+
+    async def test_a_peers_fetch_limit_does_not_hold_anti_entropy_back(
+        self, aiohttp_server: AiohttpServer, aiohttp_client: AiohttpClient, clock: FakeClock
+    ):
+        """B throttles its clients hard; A's anti-entropy still pulls every application B
+        holds alone in one round (peers are never throttled)."""
+        b = await aiohttp_server(
+            create_app(Settings(fetch_rate_limit=0.01, fetch_burst=1), clock=clock)
+        )
+        settings = Settings(peers=(str(b.make_url("/eureka/")),))
+        a = await aiohttp_client(create_app(settings, clock=clock))
+        await eventually(lambda: a.app[LIFECYCLE].serves_reads)  # type: ignore[index]
+        async with aiohttp.ClientSession() as session:
+            for n in range(20):
+                response = await session.post(
+                    b.make_url(f"/eureka/apps/APP{n}"),
+                    data=orjson.dumps({"instance": instance_doc(f"APP{n}", iid=f"i-{n}")}),
+                    headers={"Content-Type": "application/json"},
+                )
+                assert 204 == response.status
+        await clock.advance(30)
+        await eventually(lambda: len(registry(a)) == 20, what="every application pulled")
