@@ -44,6 +44,9 @@ class Settings:
     eviction_interval: float = 5 * SECONDS
     eviction_max_fraction: float = 0.15  # of the registry, per run (Eureka's cap)
     sync_when_timestamp_differs: bool = True
+    # A lastDirtyTimestamp further ahead of this node's clock is refused: one no clock has
+    # reached would win every later conflict, pinning the record against its real owner.
+    max_clock_skew: float = 5 * 60 * SECONDS
     # Self-preservation: hold eviction when renewals drop as if the network failed
     self_preservation: bool = True
     renewal_percent_threshold: float = 0.85
@@ -112,6 +115,7 @@ class Settings:
             "store_flush_interval",
             "store_busy_timeout",
             "override_history_retention",
+            "max_clock_skew",
         ):
             if getattr(self, key) <= 0:
                 raise SettingsError(f"{key}: must be positive, not {getattr(self, key)}")

@@ -237,6 +237,18 @@ def timestamp(value: object, field: str) -> int | None:
     return ms
 
 
+def not_ahead(ms: int | None, field: str, *, now_ms: int, skew_ms: int) -> int | None:
+    """`ms`, unless it is further ahead of `now_ms` than `skew_ms`: a time no clock has
+    reached would win every later conflict, pinning a record against its real owner."""
+    if ms is not None and ms - now_ms > skew_ms:
+        raise BadInput(
+            field,
+            f"is {(ms - now_ms) / 1000:.0f} s ahead of this node's clock "
+            f"(max_clock_skew allows {skew_ms / 1000:g} s)",
+        )
+    return ms
+
+
 def status(value: object, field: str, *, default: InstanceStatus) -> InstanceStatus:
     if value is None or value == "":
         return default

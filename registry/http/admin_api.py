@@ -26,7 +26,7 @@ async def set_status_override(request: web.Request) -> web.Response:
         iid,
         status,
         now_ms=now_ms,
-        last_dirty_ms=params.last_dirty_ms(query),
+        last_dirty_ms=params.checked_dirty_ms(request, query, now_ms=now_ms),
         is_replication=params.is_replication(request),
         note=Note(app, status, reason, now_ms, expires_ms, by=_admin(request)),
     )
@@ -37,12 +37,13 @@ async def set_status_override(request: web.Request) -> web.Response:
 async def delete_status_override(request: web.Request) -> web.Response:
     """DELETE apps/{app}/{id}/status[?value=UP]; without a value the status becomes UNKNOWN."""
     status = params.optional_status(request) or InstanceStatus.UNKNOWN
+    now_ms = request.app[CLOCK].wall_ms()
     request.app[REGISTRY].delete_status_override(
         params.app_name(request),
         request.match_info["id"],
-        now_ms=request.app[CLOCK].wall_ms(),
+        now_ms=now_ms,
         status=status,
-        last_dirty_ms=params.last_dirty_ms(params.query_string(request)),
+        last_dirty_ms=params.checked_dirty_ms(request, params.query_string(request), now_ms=now_ms),
         is_replication=params.is_replication(request),
         by=_admin(request),
     )

@@ -21,6 +21,12 @@ async def register(request: web.Request) -> web.Response:
     document = await read_document(request, root="instance")
     now_ms = request.app[CLOCK].wall_ms()
     instance = instance_from_wire(document, now_ms=now_ms, expected_app=app)
+    wire.not_ahead(
+        instance.last_dirty_ms,
+        "lastDirtyTimestamp",
+        now_ms=now_ms,
+        skew_ms=params.skew_ms(request),
+    )
     replication = params.is_replication(request)
     if instance.overridden_status is not InstanceStatus.UNKNOWN and not (
         replication or auth.may_administer(request)
@@ -32,13 +38,14 @@ async def register(request: web.Request) -> web.Response:
     return web.Response(status=204)
 
 
-def heartbeat_handler(registry: Registry, clock: Clock) -> Handler:
-    """PUT apps/{app}/{id}, the heartbeat, for `registry`. `status` is ignored, as in Eureka.
+def heartbeat_handler(registry: Registry, clock: Clock, skew_ms: int) -> Handler:
+    """PUT apps/{app}/{id}, the heartbeat, for `registry`. `status` is ignored, as in Eureka;
+    a lastDirtyTimestamp more than `skew_ms` ahead of the clock is refused.
 
     The hot path of the whole server: the handler is built with its registry and clock bound,
     so a request costs no application lookups, and it parses only what it uses.
     """
-    renew, now_ms = registry.renew, clock.wall_ms
+    renew, wall_ms = registry.renew, clock.wall_ms
 
     async def heartbeat(request: web.Request) -> web.Response:
         query = params.query_string(request)
@@ -47,14 +54,12 @@ def heartbeat_handler(registry: Registry, clock: Clock) -> Handler:
         if replication:
             raw = params.query_value(query, "overriddenstatus")
             overridden = wire.status(raw, "overriddenstatus", default=InstanceStatus.UNKNOWN)
-        match = request.match_info
+        match, now_ms = request.match_info, wall_ms()
+        last_dirty_ms = params.last_dirty_ms(query)
+        if last_dirty_ms is not None and last_dirty_ms - now_ms > skew_ms:
+            wire.not_ahead(last_dirty_ms, "lastDirtyTimestamp", now_ms=now_ms, skew_ms=skew_ms)
         renew(  # StaleReplica: the error table answers 409 with our copy
-            match["app"].upper(),
-            match["id"],
-            now_ms(),
-            replication,
-            params.last_dirty_ms(query),
-            overridden,
+            match["app"].upper(), match["id"], now_ms, replication, last_dirty_ms, overridden
         )
         return web.Response()
 

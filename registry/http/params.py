@@ -8,6 +8,7 @@ from urllib.parse import unquote_plus
 
 from aiohttp import web
 
+from registry.appkeys import SETTINGS
 from registry.codec import wire
 from registry.codec.wire import REPLICATION_HEADER
 from registry.errors import BadInput
@@ -48,6 +49,18 @@ def query_value(query: str, name: str) -> str | None:
     end = query.find("&", start)
     value = query[start:] if end < 0 else query[start:end]
     return unquote_plus(value) if "%" in value or "+" in value else value
+
+
+def skew_ms(request: web.Request) -> int:
+    """How far ahead of this node's clock a client's lastDirtyTimestamp may be."""
+    return int(request.app[SETTINGS].max_clock_skew * 1000)
+
+
+def checked_dirty_ms(request: web.Request, query: str, *, now_ms: int) -> int | None:
+    """`last_dirty_ms` of `query`, refused when it is further ahead than `skew_ms` allows."""
+    return wire.not_ahead(
+        last_dirty_ms(query), _LAST_DIRTY[:-1], now_ms=now_ms, skew_ms=skew_ms(request)
+    )
 
 
 def last_dirty_ms(query: str) -> int | None:

@@ -29,6 +29,7 @@ from registry import errors
 from registry.appkeys import CLOCK, DIGESTS, REGISTRY
 from registry.codec import instance_from_wire, json_codec, wire
 from registry.core import Registry
+from registry.http import params
 from registry.http.error_handling import status_for
 from registry.http.negotiation import read_document
 from registry.model import InstanceStatus, ReplicationAction
@@ -45,13 +46,13 @@ async def batch(request: web.Request) -> web.Response:
     items = await read_document(request, root="replicationList")
     if not isinstance(items, list):
         raise errors.BadInput("replicationList", 'the body must be {"replicationList": [...]}')
-    registry, clock = request.app[REGISTRY], request.app[CLOCK]
+    registry, clock, skew_ms = request.app[REGISTRY], request.app[CLOCK], params.skew_ms(request)
     # A large batch (a peer's registration storm) is applied a slice at a time, so it never
     # holds the loop for long; after each turn the loop had, the time is read again.
     pacer, now_ms = Pacer(), clock.wall_ms()
     answers = []
     for item in items:
-        answers.append(answer(registry, item, now_ms))
+        answers.append(answer(registry, item, now_ms, skew_ms))
         if await pacer.pace():
             now_ms = clock.wall_ms()
     return web.Response(
@@ -71,10 +72,10 @@ async def digests(request: web.Request) -> web.Response:
     return web.Response(body=orjson.dumps(body), content_type="application/json")
 
 
-def answer(registry: Registry, item: object, now_ms: int) -> dict[str, Any]:
+def answer(registry: Registry, item: object, now_ms: int, skew_ms: int) -> dict[str, Any]:
     """Apply one item; its entry in `responseList`."""
     try:
-        apply(registry, item, now_ms)
+        apply(registry, item, now_ms, skew_ms)
     except errors.StaleReplica as stale:
         return {"statusCode": 409, "responseEntity": json_codec.instance_dict(stale.lease)}
     except errors.RegistryError as exc:
@@ -90,8 +91,9 @@ def answer(registry: Registry, item: object, now_ms: int) -> dict[str, Any]:
     return {"statusCode": 200}
 
 
-def apply(registry: Registry, item: object, now_ms: int) -> None:
-    """Run the command one item describes, as a replication; raises what the command raises."""
+def apply(registry: Registry, item: object, now_ms: int, skew_ms: int) -> None:
+    """Run the command one item describes, as a replication; raises what the command raises.
+    A lastDirtyTimestamp more than `skew_ms` ahead of the clock refuses the item."""
     if not isinstance(item, Mapping):
         raise errors.BadInput("replicationList[]", "each item must be an object")
     named = item.get("action")
@@ -100,12 +102,23 @@ def apply(registry: Registry, item: object, now_ms: int) -> None:
         raise errors.BadInput("action", f"must be one of {sorted(_ACTIONS)}")
     app = _required_text(item, "appName").upper()
     iid = _required_text(item, "id")
-    last_dirty_ms = wire.timestamp(item.get("lastDirtyTimestamp"), "lastDirtyTimestamp")
+    last_dirty_ms = wire.not_ahead(
+        wire.timestamp(item.get("lastDirtyTimestamp"), "lastDirtyTimestamp"),
+        "lastDirtyTimestamp",
+        now_ms=now_ms,
+        skew_ms=skew_ms,
+    )
     if action is _A.REGISTER:
         info = item.get("instanceInfo")
         if info is None:
             raise errors.BadInput("instanceInfo", "a Register item must carry the instance")
         instance = instance_from_wire(info, now_ms=now_ms, expected_app=app)
+        wire.not_ahead(
+            instance.last_dirty_ms,
+            "instanceInfo.lastDirtyTimestamp",
+            now_ms=now_ms,
+            skew_ms=skew_ms,
+        )
         registry.register(instance, now_ms=now_ms, is_replication=True)
     elif action is _A.HEARTBEAT:
         overridden = wire.status(

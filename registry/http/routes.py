@@ -67,7 +67,8 @@ class Route:
 
 
 def _heartbeat(app: web.Application) -> Handler:
-    return client_api.heartbeat_handler(app[REGISTRY], app[CLOCK])
+    skew_ms = int(app[SETTINGS].max_clock_skew * 1000)
+    return client_api.heartbeat_handler(app[REGISTRY], app[CLOCK], skew_ms)
 
 
 def _openapi(app: web.Application) -> Handler:

@@ -27,7 +27,7 @@ class TestStatusOverride:
         await register(client)
         await client.put("/eureka/apps/ORDERS/i-1/status?value=OUT_OF_SERVICE")
         assert 200 == (await client.put("/eureka/apps/ORDERS/i-1?status=UP")).status
-        await register(client, lastDirtyTimestamp="1835689000000")
+        await register(client, lastDirtyTimestamp="1735689060000")
         assert "OUT_OF_SERVICE" == (await instance_json(client))["status"]
 
     async def test_put_on_unknown_instance_is_404(self, client):
@@ -46,7 +46,7 @@ class TestStatusOverride:
             (await instance_json(client))["overriddenStatus"],
         )
         assert 404 == (await client.put("/eureka/apps/ORDERS/i-1")).status
-        await register(client, lastDirtyTimestamp="1835689000000")
+        await register(client, lastDirtyTimestamp="1735689060000")
         assert "UP" == (await instance_json(client))["status"]
 
     async def test_delete_with_value_sets_it(self, client):

@@ -455,6 +455,61 @@ class TestQueryParameters:
         await assert_unchanged(client, before)
 
 
+class TestTimestampsAhead:
+    """A lastDirtyTimestamp further ahead of the node's clock than max_clock_skew (300 s)
+    would win every later conflict and pin the record: refused on every path, naming it."""
+
+    @staticmethod
+    def ahead(clock: FakeClock, seconds: int) -> str:
+        return str(clock.wall_ms() + seconds * 1000)
+
+    async def test_a_registration_is_refused(self, client, clock, before):
+        response = await post_instance(client, lastDirtyTimestamp="9223372036854775807")
+        body = await assert_error(response, 400, "bad_input", "lastDirtyTimestamp")
+        assert "ahead of this node's clock" in body["detail"]
+        await assert_unchanged(client, before)
+        response = await post_instance(client, lastDirtyTimestamp=self.ahead(clock, 301))
+        await assert_error(response, 400, "bad_input", "lastDirtyTimestamp")
+        within = await post_instance(client, lastDirtyTimestamp=self.ahead(clock, 299))
+        assert 204 == within.status
+
+    @pytest.mark.parametrize(
+        ("method", "path"),
+        [
+            ("PUT", INSTANCE + "?"),
+            ("PUT", INSTANCE + "/status?value=OUT_OF_SERVICE&"),
+            ("DELETE", INSTANCE + "/status?"),
+        ],
+    )
+    async def test_a_heartbeat_or_status_call_is_refused(self, client, clock, before, method, path):
+        stamp = self.ahead(clock, 3_600)
+        response = await client.request(method, f"{path}lastDirtyTimestamp={stamp}")
+        await assert_error(response, 400, "bad_input", "lastDirtyTimestamp")
+        await assert_unchanged(client, before)
+
+    async def test_a_peers_batch_items_are_refused(self, client, clock, before):
+        far = self.ahead(clock, 3_600)
+        items = [
+            {"appName": "ORDERS", "id": "i-1", "action": "Heartbeat", "lastDirtyTimestamp": far},
+            {
+                "appName": "ORDERS",
+                "id": "i-2",
+                "action": "Register",
+                "instanceInfo": instance_doc("ORDERS", "i-2", lastDirtyTimestamp=far),
+            },
+        ]
+        response = await client.post(
+            "/eureka/peerreplication/batch",
+            data=orjson.dumps({"replicationList": items}),
+            headers=JSON_BODY,
+        )
+        answers = (await response.json())["responseList"]
+        assert [400, 400] == [a["statusCode"] for a in answers]
+        assert answers[0]["detail"].startswith("lastDirtyTimestamp: is 3600 s ahead")
+        assert answers[1]["detail"].startswith("instanceInfo.lastDirtyTimestamp: is 3600 s ahead")
+        await assert_unchanged(client, before)
+
+
 class TestRoutesAndMethods:
     @pytest.mark.parametrize(
         "path", ["/eureka/nothing", "/eureka/v2/apps/ORDERS/i-1/nothing", "/x"]
