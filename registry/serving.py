@@ -5,6 +5,11 @@ contexts already entered (the lifecycle, the store writer) never exit, so the st
 open with its writes owed, and its thread finds the event loop closed. Here whatever the start
 reached is stopped, in reverse order, however it ended: a signal during the restore, a store
 refused at start-up, a port already taken.
+
+aiohttp answers the requests its parser refuses (a malformed request line, a header too long,
+too many headers, a Content-Encoding it cannot decode) itself, in plain text, before any
+handler or middleware sees them. `Runner` gives them the JSON error body every other refusal
+has.
 """
 
 from __future__ import annotations
@@ -13,8 +18,16 @@ import asyncio
 import contextlib
 import logging
 import signal
+from http import HTTPStatus
 
+import orjson
+import structlog
 from aiohttp import web
+from aiohttp.web_protocol import RequestHandler
+from aiohttp.web_request import BaseRequest
+from aiohttp.web_server import Server
+
+log = structlog.get_logger()
 
 # How long an idle keep-alive connection is kept open (aiohttp's `run_app` gives 75 s; its
 # runner alone, an hour).
@@ -34,7 +47,7 @@ async def serve(
     stopping = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stopping.set)
-    runner = web.AppRunner(
+    runner = Runner(
         app, handle_signals=False, access_log=access_log, keepalive_timeout=KEEPALIVE_TIMEOUT
     )
     try:
@@ -58,3 +71,41 @@ async def serve(
 async def _start(runner: web.AppRunner, host: str, port: int, backlog: int) -> None:
     await runner.setup()
     await web.TCPSite(runner, host, port, backlog=backlog).start()
+
+
+class Runner(web.AppRunner):
+    """aiohttp's runner, whose server answers what aiohttp's parser refuses in JSON."""
+
+    async def _make_server(self) -> Server:
+        server = await super()._make_server()
+        server.__class__ = _Server  # the one hook for the connections' handler class
+        return server
+
+
+class _Server(Server):
+    def __call__(self) -> RequestHandler:
+        return _JsonRefusals(self, loop=self._loop, **self._kwargs)
+
+
+class _JsonRefusals(RequestHandler):
+    def handle_error(
+        self,
+        request: BaseRequest,
+        status: int = 500,
+        exc: BaseException | None = None,
+        message: str | None = None,
+    ) -> web.StreamResponse:
+        """The refusal as `{"error": ..., "detail": ...}`; the connection is closed after it,
+        as aiohttp does (what follows on it cannot be trusted)."""
+        if request.writer.output_size > 0:
+            raise ConnectionError("a response is under way: the connection is dropped")
+        if status >= 500:
+            log.error("request_failed", remote=request.remote, exc_info=exc)
+            error, detail = "internal_error", "see the server log"
+        else:  # a client's malformed request: one line at debug, not a traceback
+            log.debug("request_unreadable", remote=request.remote, status=status, detail=message)
+            error, detail = "unreadable_request", message or HTTPStatus(status).phrase
+        body = orjson.dumps({"error": error, "detail": detail})
+        response = web.Response(status=status, body=body, content_type="application/json")
+        response.force_close()
+        return response

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from urllib.parse import parse_qsl
+
 import orjson
 from aiohttp import web
 
@@ -53,14 +55,17 @@ async def delete_status_override(request: web.Request) -> web.Response:
 
 async def update_metadata(request: web.Request) -> web.Response:
     """PUT apps/{app}/{id}/metadata?key=value&...: merges every parameter into the metadata."""
+    try:  # strictly: a percent escape that is no UTF-8 (%FF) would be stored as U+FFFD
+        pairs = parse_qsl(params.query_string(request), keep_blank_values=True, errors="strict")
+    except UnicodeDecodeError:
+        raise BadInput("metadata", "a percent escape is not UTF-8 (as %FF): send UTF-8") from None
     entries: dict[str, str] = {}
-    for key in request.query:
+    for key, value in pairs:
         if not key:
             raise BadInput("metadata", "keys must not be empty")
         if key == "@class":  # it would be read back as Java's type marker and dropped
             raise BadInput("metadata", "@class is Java's type marker in a metadata map, not a key")
         if key not in entries:  # the first value of a repeated key, as Eureka takes it
-            value = request.query[key]
             wire.check_text(key, "metadata")
             wire.check_text(value, f"metadata.{key}")
             entries[key] = value

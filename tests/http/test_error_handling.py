@@ -444,7 +444,13 @@ class TestQueryParameters:
 
     @pytest.mark.parametrize(
         ("query", "field"),
-        [("k=v%01", "metadata.k"), ("k%00=v", "metadata"), ("=v", "metadata")],
+        [
+            ("k=v%01", "metadata.k"),
+            ("k%00=v", "metadata"),
+            ("=v", "metadata"),
+            ("k=%FF", "metadata"),  # no UTF-8: it was stored as U+FFFD
+            ("%C3=v", "metadata"),
+        ],
     )
     async def test_metadata_update_with_control_characters_is_refused(
         self, client, before, query, field
