@@ -20,7 +20,7 @@ from registry import admin_cli, serving
 from registry.app import create_app
 from registry.logs import configure
 from registry.settings import Settings, SettingsError
-from registry.store.sqlite import NewerSchema
+from registry.store.sqlite import CorruptStore, NewerSchema
 
 DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "config" / "default.toml"
 # Connections the kernel queues before the server accepts them (aiohttp: 128). A fleet that
@@ -95,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
                     access_log=access_log,
                 )
             )
-    except NewerSchema as exc:
+    except (NewerSchema, CorruptStore) as exc:
         log.error("store_refused", detail=str(exc))
         print(f"service-registry: {exc}", file=sys.stderr)
         return 2

@@ -307,6 +307,7 @@ async def _store(app: web.Application) -> AsyncIterator[None]:
         clock,
         late_restore=late_restore,
         busy_timeout_ms=int(settings.store_busy_timeout * 1000),
+        refuse_corrupt=settings.refuse_corrupt_store,
     )
     # Before the restore, which tells of overrides the store's table lacks (see Registry.load).
     registry.subscribe(writer.on_change, overrides=writer.on_override)

@@ -180,6 +180,11 @@ def _store(app: web.Application) -> Iterator[Metric]:
     yield _counter("registry_store_failures", "Store writes that failed", writer.failures)
     yield _gauge("registry_store_pending", "Changes not on disk yet", writer.pending)
     yield _gauge("registry_store_degraded", "1 while the store fails", int(writer.degraded))
+    yield _gauge(
+        "registry_store_corrupt_moved_aside",
+        "1 when this run moved a corrupt database aside (and went on without it)",
+        int(writer.moved_aside is not None),
+    )
 
 
 def _counter(name: str, documentation: str, value: float) -> CounterMetricFamily:

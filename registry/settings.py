@@ -82,6 +82,9 @@ class Settings:
     data_dir: str = "data"  # the database is data_dir/registry.db
     store_flush_interval: float = 0.2 * SECONDS  # changes are written behind, this far apart
     store_busy_timeout: float = 5 * SECONDS  # a write waits this long for another's lock
+    # A corrupt database at start-up: moved aside and the node starts empty (said in status,
+    # /readyz, a metric and the log), or, with this, the node refuses to start.
+    refuse_corrupt_store: bool = False
     override_history_retention: float = 30 * 24 * 60 * MINUTES  # the audit trail's length
     # HTTP
     max_body_bytes: int = 1024 * 1024

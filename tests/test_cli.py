@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import signal
 import sqlite3
 import sys
@@ -137,3 +138,20 @@ async def test_a_store_from_a_newer_server_stops_start_up(tmp_path):
     _, stderr = await asyncio.wait_for(process.communicate(), TIMEOUT)
     assert 2 == process.returncode
     assert f"schema version 99, newer than this server's {schema.VERSION}" in stderr.decode()
+
+
+async def test_a_corrupt_store_stops_start_up_when_told_to(tmp_path):
+    """refuse_corrupt_store: exit 2, saying why, the file left as it was."""
+    garbage = b"not a database" * 100
+
+    def corrupt() -> None:
+        (tmp_path / "data").mkdir()
+        (tmp_path / "data" / "registry.db").write_bytes(garbage)
+
+    await asyncio.to_thread(corrupt)
+    env = {**os.environ, "REGISTRY_REFUSE_CORRUPT_STORE": "true"}
+    process = await start("serve", "--port", str(free_port()), env=env)
+    _, stderr = await asyncio.wait_for(process.communicate(), TIMEOUT)
+    assert 2 == process.returncode
+    assert "is not a sound database" in stderr.decode()
+    assert garbage == await asyncio.to_thread((tmp_path / "data" / "registry.db").read_bytes)

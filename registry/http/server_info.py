@@ -90,7 +90,20 @@ async def readyz(request: web.Request) -> web.Response:
     writer = request.app[WRITER]
     if writer is not None and writer.degraded:
         reasons.append(f"store degraded: {writer.last_error}")
-    body = orjson.dumps({"ready": not reasons, "phase": lifecycle.phase.value, "reasons": reasons})
+    warnings = []  # ready, but an operator should know
+    if writer is not None and writer.moved_aside is not None:
+        warnings.append(
+            f"the store was corrupt and is kept aside at {writer.moved_aside.path}: this node "
+            "started without what it held (overrides included)"
+        )
+    body = orjson.dumps(
+        {
+            "ready": not reasons,
+            "phase": lifecycle.phase.value,
+            "reasons": reasons,
+            "warnings": warnings,
+        }
+    )
     return web.Response(body=body, status=503 if reasons else 200, content_type="application/json")
 
 

@@ -208,6 +208,9 @@ def _store(store: dict[str, Any]) -> str:
         return _card("Store", "ok", "off", "state is kept in memory only (store = false)")
     if store["degraded"]:
         return _card("Store", "bad", "degraded", escape(str(store["last-error"])))
+    if store["corrupt-moved-aside"] is not None:
+        aside = escape(store["corrupt-moved-aside"]["path"])
+        return _card("Store", "warn", "started empty", f"a corrupt database is kept at {aside}")
     return _card("Store", "ok", "writing", f"{escape(store['path'])} · {store['pending']} pending")
 
 

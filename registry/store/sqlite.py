@@ -34,6 +34,20 @@ class NewerSchema(Exception):
     """The database was written by a newer server: refuse it rather than misread it."""
 
 
+class CorruptStore(Exception):
+    """The database is not sound, and this node was told to refuse to start without it
+    (`refuse_corrupt_store`) rather than move it aside and start empty."""
+
+
+@dataclass(frozen=True, slots=True)
+class MovedAside:
+    """A corrupt database moved aside: the node went on without what it held."""
+
+    path: Path
+    at_ms: int
+    cause: str
+
+
 @dataclass(frozen=True, slots=True)
 class StoredOverride:
     app: str
@@ -76,24 +90,38 @@ class Store:
         self._db = db
         self._writing = asyncio.Lock()  # one transaction at a time on the one connection
         self.path = path
+        self.moved_aside: MovedAside | None = None  # the corrupt file this one replaced
 
     @classmethod
     async def open(
-        cls, path: Path, *, now_ms: int, busy_timeout_ms: int = BUSY_TIMEOUT_MS
+        cls,
+        path: Path,
+        *,
+        now_ms: int,
+        busy_timeout_ms: int = BUSY_TIMEOUT_MS,
+        refuse_corrupt: bool = False,
     ) -> Store:
-        """The store at `path`, created, migrated, or replaced when corrupt."""
+        """The store at `path`, created, migrated, or replaced when corrupt (the corrupt file
+        kept aside, and named in `moved_aside`); with `refuse_corrupt`, CorruptStore instead."""
         await asyncio.to_thread(path.parent.mkdir, parents=True, exist_ok=True)
         try:
             return await cls._open(path, busy_timeout_ms)
         except sqlite3.DatabaseError as exc:
             if isinstance(exc, sqlite3.OperationalError):  # locked, unreadable: not corruption
                 raise
+            if refuse_corrupt:
+                raise CorruptStore(
+                    f"{path} is not a sound database ({exc}); it is left as it is "
+                    "(refuse_corrupt_store = true)"
+                ) from None
             aside = path.with_name(f"{path.name}.corrupt-{now_ms}")
             log.error(
                 "store_corrupt_moved_aside", path=str(path), moved_to=str(aside), cause=str(exc)
             )
             await asyncio.to_thread(_move_aside, path, aside)
-            return await cls._open(path, busy_timeout_ms)
+            store = await cls._open(path, busy_timeout_ms)
+            store.moved_aside = MovedAside(aside, now_ms, str(exc))
+            return store
 
     @classmethod
     async def _open(cls, path: Path, busy_timeout_ms: int) -> Store:

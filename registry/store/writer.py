@@ -36,6 +36,7 @@ from registry.overrides import Note, OverrideAction, OverrideChange
 from registry.store.sqlite import (
     BUSY_TIMEOUT_MS,
     Batch,
+    MovedAside,
     NewerSchema,
     Snapshot,
     Store,
@@ -62,11 +63,15 @@ class StoreWriter:
         *,
         late_restore: LateRestore | None = None,
         busy_timeout_ms: int = BUSY_TIMEOUT_MS,
+        refuse_corrupt: bool = False,
     ) -> None:
         self.path = path
         self._registry = registry
         self._clock = clock
         self._busy_timeout_ms = busy_timeout_ms
+        self._refuse_corrupt = refuse_corrupt
+        # A corrupt file this run moved aside: what it held is not in the registry.
+        self.moved_aside: MovedAside | None = None
         self._store: Store | None = None
         self._identity: tuple[int, int] | None = None  # the open file's (device, inode)
         self._rewrite = False  # the store's file was lost: write the whole registry next
@@ -87,16 +92,17 @@ class StoreWriter:
         """Open the store at start-up: what it holds, or None when it cannot be opened now.
         Then the writer is degraded, and the flush that opens it hands what the store kept to
         `late_restore` (without what this run removed meanwhile) before writing.
-        A store written by a newer server stops the start-up (NewerSchema)."""
+        A store written by a newer server stops the start-up (NewerSchema), and so does a
+        corrupt one when the writer was told to refuse it (CorruptStore)."""
         try:
-            store = await self._open()
+            store = await self._open(refuse_corrupt=self._refuse_corrupt)
             snapshot = await store.load(registered_ms=self._clock.wall_ms())
         except (sqlite3.Error, OSError) as exc:
             await self._close()
             self._opened_late = True
             self._failed(exc)
             return None
-        except BaseException:  # a newer schema, or a start interrupted: nothing is left open
+        except BaseException:  # refused, or a start interrupted: nothing is left open
             await self._close()
             raise
         return snapshot
@@ -125,6 +131,13 @@ class StoreWriter:
             "pending": self.pending,
             "batches": self.batches,
             "failures": self.failures,
+            "corrupt-moved-aside": None
+            if self.moved_aside is None
+            else {
+                "path": str(self.moved_aside.path),
+                "at": self.moved_aside.at_ms,
+                "cause": self.moved_aside.cause,
+            },
         }
 
     def on_change(self, event: ChangeEvent) -> None:
@@ -289,10 +302,15 @@ class StoreWriter:
             self._overrides_removed = set()
         return store
 
-    async def _open(self) -> Store:
+    async def _open(self, *, refuse_corrupt: bool = False) -> Store:
         store = self._store = await Store.open(
-            self.path, now_ms=self._clock.wall_ms(), busy_timeout_ms=self._busy_timeout_ms
+            self.path,
+            now_ms=self._clock.wall_ms(),
+            busy_timeout_ms=self._busy_timeout_ms,
+            refuse_corrupt=refuse_corrupt,
         )
+        if store.moved_aside is not None:
+            self.moved_aside = store.moved_aside
         self._identity = await self._file_identity()
         return store
 

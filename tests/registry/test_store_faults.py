@@ -9,10 +9,12 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from aiohttp import web
+from structlog.testing import capture_logs
 
 from registry import Settings, create_app
 from registry.appkeys import WRITER
-from registry.store.sqlite import Store
+from registry.store.sqlite import CorruptStore, Store
 from tests.helpers import JSON, fetch_json, locked, register
 from tests.registry.test_core import T0
 
@@ -149,11 +151,54 @@ class TestReadOnlyDirectory:
         assert {"kept", "new"} == {i["instanceId"] for i in doc["application"]["instance"]}
 
 
+class TestCorruptStore:
+    """A database that is not sound at start-up: moved aside and said so where operators
+    look, or, when told to, the start refused and the file left alone."""
+
+    GARBAGE = b"this is not a database at all" * 100
+
+    async def corrupt(self, tmp_path: Path) -> Path:
+        data = tmp_path / "data"
+        await asyncio.to_thread(data.mkdir)
+        await asyncio.to_thread((data / "registry.db").write_bytes, self.GARBAGE)
+        return data
+
+    async def test_moved_aside_and_said_so(self, aiohttp_client, clock, tmp_path):
+        data = await self.corrupt(tmp_path)
+        with capture_logs() as logs:
+            client = await aiohttp_client(create_app(Settings(data_dir=str(data)), clock=clock))
+        aside = data / f"registry.db.corrupt-{clock.wall_ms()}"
+        assert self.GARBAGE == await asyncio.to_thread(aside.read_bytes)
+        (logged,) = [e for e in logs if e["event"] == "store_corrupt_moved_aside"]
+        assert ("error", str(aside)) == (logged["log_level"], logged["moved_to"])
+        moved = (await store_status(client))["corrupt-moved-aside"]
+        assert (str(aside), clock.wall_ms()) == (moved["path"], moved["at"])
+        ready = await client.get("/readyz")
+        body = await ready.json()
+        assert 200 == ready.status  # it serves: what it lost is a warning, not unreadiness
+        assert [f"kept aside at {aside}"] == [
+            w[w.index("kept aside") :].split(":")[0] for w in body["warnings"]
+        ]
+        metrics = await (await client.get("/metrics")).text()
+        assert "registry_store_corrupt_moved_aside 1.0" in metrics
+        assert "started empty" in await (await client.get("/")).text()
+
+    async def test_refused_when_told_to(self, clock, tmp_path):
+        data = await self.corrupt(tmp_path)
+        app = create_app(Settings(data_dir=str(data), refuse_corrupt_store=True), clock=clock)
+        runner = web.AppRunner(app)
+        with pytest.raises(CorruptStore, match="not a sound database"):
+            await runner.setup()
+        await runner.cleanup()
+        assert [data / "registry.db"] == await asyncio.to_thread(lambda: list(data.iterdir()))
+        assert self.GARBAGE == await asyncio.to_thread((data / "registry.db").read_bytes)
+
+
 class TestReadiness:
     async def test_ready_until_the_store_degrades_and_again_after(self, client):
         assert 200 == (await client.get("/healthz")).status
         response = await client.get("/readyz")
-        assert (200, {"ready": True, "phase": "SERVING", "reasons": []}) == (
+        assert (200, {"ready": True, "phase": "SERVING", "reasons": [], "warnings": []}) == (
             response.status,
             await response.json(),
         )
