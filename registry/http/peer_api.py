@@ -50,11 +50,17 @@ async def batch(request: web.Request) -> web.Response:
     # A large batch (a peer's registration storm) is applied a slice at a time, so it never
     # holds the loop for long; after each turn the loop had, the time is read again.
     pacer, now_ms = Pacer(), clock.wall_ms()
-    answers = []
+    answers, refused, first = [], 0, ""
     for item in items:
-        answers.append(answer(registry, item, now_ms, skew_ms))
+        answered = answer(registry, item, now_ms, skew_ms)
+        answers.append(answered)
+        if answered["statusCode"] == 400:
+            refused += 1
+            first = first or f"{_describe(item)}: {answered['detail']}"
         if await pacer.pace():
             now_ms = clock.wall_ms()
+    if refused:  # one line a batch, however many items it refused
+        log.warning("replication_items_refused", refused=refused, of=len(items), first=first)
     return web.Response(
         body=orjson.dumps({"responseList": answers}), content_type="application/json"
     )
@@ -82,8 +88,6 @@ def answer(registry: Registry, item: object, now_ms: int, skew_ms: int) -> dict[
         code = status_for(exc)
         if code == 500:
             log.exception("replication_item_failed", item=_describe(item))
-        elif code == 400:
-            log.warning("replication_item_refused", item=_describe(item), detail=str(exc))
         return {"statusCode": code, "error": exc.code, "detail": str(exc)}
     except Exception:
         log.exception("replication_item_failed", item=_describe(item))

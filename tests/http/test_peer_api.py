@@ -175,3 +175,20 @@ class TestLargeBatches:
         assert [200] * 1_500 == [a["statusCode"] for a in answers]
         assert turns > 10
         assert 1_500 == len(registry_of(client).application("ORDERS"))
+
+    async def test_ten_thousand_malformed_items_are_one_log_line(self, client: TestClient):
+        """Each item is answered 400; the log gets one warning for the batch, with counts."""
+        items = [item("Explode", iid=f"i-{n}") for n in range(10_000)]
+        with capture_logs() as logs:
+            answers = await post_batch(client, [*items, item("Heartbeat", iid="unknown")])
+        assert [400] * 10_000 + [404] == [a["statusCode"] for a in answers]
+        (line,) = [e for e in logs if e["log_level"] in ("warning", "error")]
+        assert ("replication_items_refused", 10_000, 10_001) == (
+            line["event"],
+            line["refused"],
+            line["of"],
+        )
+        assert (
+            line["first"].startswith('{"appName":"ORDERS","id":"i-0","action":"Explode"}: ')
+            and "action: must be one of" in line["first"]
+        )
