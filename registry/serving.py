@@ -9,7 +9,9 @@ refused at start-up, a port already taken.
 aiohttp answers the requests its parser refuses (a malformed request line, a header too long,
 too many headers, a Content-Encoding it cannot decode) itself, in plain text, before any
 handler or middleware sees them. `Runner` gives them the JSON error body every other refusal
-has.
+has, and cancels the handler of a request whose client has gone: a long-poll or a watch stream
+is let go as soon as its connection closes, not at the end of its wait (what a command changed
+before is kept; an admin's durability wait ends, and the store writes on).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import contextlib
 import logging
 import signal
 from http import HTTPStatus
+from typing import Any
 
 import orjson
 import structlog
@@ -74,7 +77,12 @@ async def _start(runner: web.AppRunner, host: str, port: int, backlog: int) -> N
 
 
 class Runner(web.AppRunner):
-    """aiohttp's runner, whose server answers what aiohttp's parser refuses in JSON."""
+    """aiohttp's runner, whose server answers what aiohttp's parser refuses in JSON and
+    cancels the handlers of requests whose clients have gone."""
+
+    def __init__(self, app: web.Application, **kwargs: Any) -> None:
+        kwargs.setdefault("handler_cancellation", True)
+        super().__init__(app, **kwargs)
 
     async def _make_server(self) -> Server:
         server = await super()._make_server()

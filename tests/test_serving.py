@@ -1,5 +1,6 @@
-"""The process's server (registry/serving.py): what aiohttp's parser refuses is answered with
-the JSON error body every other refusal has, on a real socket."""
+"""The process's server (registry/serving.py), on real sockets: what aiohttp's parser refuses
+is answered with the JSON error body every other refusal has, and a long-poll or a watch stream
+is let go as soon as its client has gone."""
 
 from __future__ import annotations
 
@@ -11,22 +12,29 @@ import pytest
 from aiohttp import web
 
 from registry import Settings, create_app
+from registry.appkeys import FEED
 from registry.serving import Runner
-from tests.helpers import free_port
+from tests.helpers import eventually, free_port
 
 MANY_HEADERS = b"".join(b"X-%d: y\r\n" % n for n in range(40_000))
 
 
 @pytest.fixture
-async def port() -> AsyncIterator[int]:
-    runner = Runner(create_app(Settings(store=False)))
+async def served() -> AsyncIterator[tuple[int, web.Application]]:
+    app = create_app(Settings(store=False))
+    runner = Runner(app)
     await runner.setup()
     port = free_port()
     await web.TCPSite(runner, "127.0.0.1", port).start()
     try:
-        yield port
+        yield port, app
     finally:
         await runner.cleanup()
+
+
+@pytest.fixture
+def port(served: tuple[int, web.Application]) -> int:
+    return served[0]
 
 
 async def answer(port: int, request: bytes) -> tuple[int, str, dict[str, str]]:
@@ -63,3 +71,25 @@ async def test_what_the_parser_refuses_gets_a_json_error(port, request_bytes, sa
     assert (400, "application/json") == (status, content_type.split(";")[0])
     assert "unreadable_request" == body["error"]
     assert said.lower() in body["detail"].lower()
+
+
+@pytest.mark.parametrize(
+    ("path", "held"),
+    [
+        ("/eureka/apps/delta?index=0&wait=5m", lambda feed: feed.polls),
+        ("/eureka/watch", lambda feed: feed.watchers),
+    ],
+    ids=["long-poll", "watch"],
+)
+async def test_a_wait_is_let_go_when_its_client_goes(served, path, held):
+    """Held while the client waits; let go within a second of the connection closing, not
+    at the end of its wait (5 minutes) or the next keepalive (15 s)."""
+    port, app = served
+    feed = app[FEED]
+    _, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(
+        f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: application/json\r\n\r\n".encode()
+    )
+    await eventually(lambda: held(feed), lambda n: n == 1, timeout=5, what="held")
+    writer.close()
+    await eventually(lambda: held(feed), lambda n: n == 0, timeout=1, what="let go")
