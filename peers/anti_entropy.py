@@ -1,14 +1,16 @@
 """Anti-entropy: peers compare per-application digests and repair differences by pulling.
 
-Every `anti_entropy_interval` this node asks each peer for its digests and fetches the
-applications whose digest differs from ours, adopting what the peer holds newer (see
-`peers.merge`). Each side pulls, so a lost batch or a healed partition converges within one
-interval, without waiting for heartbeats. Nothing is deleted here: instances only we hold
+Every `anti_entropy_interval`, and at once when a peer that could not be reached answers
+again, this node asks each peer for its digests and fetches the applications whose digest
+differs from ours, adopting what the peer holds newer (see `peers.merge`). Each side pulls, so
+a lost batch converges within one interval, and a healed partition within seconds of the heal,
+without waiting for heartbeats. Nothing is deleted here: instances only we hold
 either reach the peer when it pulls from us, or expire where nobody renews them.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Mapping, Sequence
 
 import structlog
@@ -20,6 +22,7 @@ from registry.clock import Clock
 from registry.core import Registry
 from registry.journal import DeltaJournal
 from registry.lifecycle import Lifecycle
+from registry.tasks import wait_set
 
 log = structlog.get_logger()
 
@@ -68,9 +71,13 @@ async def anti_entropy_forever(
     take_notes: TakeNotes,
     *,
     interval: float,
+    soon: asyncio.Event | None = None,
 ) -> None:
+    """A round every `interval`, and at once when `soon` is set (a peer came back)."""
+    soon = soon or asyncio.Event()
     while True:
-        await clock.sleep(interval)
+        await wait_set(clock, soon, interval)
+        soon.clear()
         for client in peers():
             try:
                 adopted = await reconcile(client, registry, journal, digests, clock, take_notes)

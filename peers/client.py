@@ -104,6 +104,10 @@ class PeerClient:
             ) as response:
                 body = await response.read()
                 status = response.status
+        except aiohttp.ConnectionTimeoutError as exc:  # no connection: unreachable, not busy
+            raise PeerUnavailable(
+                f"{self.url}: connect timed out ({exc!r})", congested=False
+            ) from None
         except TimeoutError as exc:
             raise PeerUnavailable(f"{self.url}: timed out ({exc!r})", congested=True) from None
         except aiohttp.ClientError as exc:

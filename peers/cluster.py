@@ -44,6 +44,8 @@ class Cluster:
         self._session: aiohttp.ClientSession | None = None
         self._local_names: frozenset[str] = frozenset()
         self._fanout: tuple[Dispatcher, ...] = ()
+        # Set when a peer that could not be reached answers again: anti-entropy runs at once.
+        self.returned = asyncio.Event()
 
     async def start(self) -> None:
         self._session = new_session(
@@ -70,6 +72,7 @@ class Cluster:
                     self._registry,
                     self._clock,
                     self._settings,
+                    on_return=self.returned.set,
                 )
                 self.dispatchers[url] = dispatcher
                 self._runs[url] = asyncio.create_task(dispatcher.run(), name=f"replicate {url}")

@@ -7,7 +7,10 @@ a full batch is waiting. One batch is in flight at a time, so the peer applies c
 order they happened here.
 
 A network error, a timeout or a 503 puts the batch back and pauses with exponential backoff and
-jitter, up to `replication_max_backoff`; any other refusal drops the batch (counted). Per-item
+jitter: up to `replication_max_backoff` for a busy peer (a read timeout, a 503), up to
+`peer_probe_interval` for one that cannot be reached, so that its return is noticed in seconds
+(and `on_return` called: the cluster runs anti-entropy with it at once). Any other refusal drops
+the batch (counted). Per-item
 answers drive conflict handling: a heartbeat the peer does not know is followed by the full
 registration, and a 409 carries the peer's newer copy, which we adopt.
 """
@@ -17,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import random
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -63,8 +67,10 @@ class Dispatcher:
         settings: Settings,
         *,
         rng: random.Random | None = None,
+        on_return: Callable[[], None] | None = None,
     ) -> None:
         self.peer = peer
+        self._on_return = on_return
         self.pending = PendingTasks(limit=settings.replication_max_pending)
         self.stats = PeerStats()
         self._registry = registry
@@ -73,6 +79,7 @@ class Dispatcher:
         self._heartbeat_delay = settings.replication_batch_delay
         self._change_delay = settings.replication_change_delay
         self._max_backoff = settings.replication_max_backoff
+        self._probe_interval = settings.peer_probe_interval
         self._rng = rng or random.Random()
         self._wake = asyncio.Event()
         self._emptied = asyncio.Event()  # set when a send leaves nothing pending (for drain)
@@ -179,6 +186,8 @@ class Dispatcher:
         stats.last_success_ms = self._clock.wall_ms()
         if stats.reachable is False:
             log.info("peer_reachable", peer=self.peer.url)
+            if self._on_return is not None:
+                self._on_return()
         stats.reachable = True
         self._failures = 0
         self._handle_answers(batch, answers)
@@ -232,6 +241,10 @@ class Dispatcher:
     def _backoff(self, *, congested: bool) -> float:
         """Exponential from the first pause, capped, with half of it random (equal jitter)."""
         self._failures += 1
-        first = _CONGESTION_PAUSE if congested else _NETWORK_PAUSE
-        pause: float = min(self._max_backoff, first * 2.0 ** (self._failures - 1))
+        first, cap = (
+            (_CONGESTION_PAUSE, self._max_backoff)
+            if congested
+            else (_NETWORK_PAUSE, min(self._max_backoff, self._probe_interval))
+        )
+        pause: float = min(cap, first * 2.0 ** (self._failures - 1))
         return pause / 2 + self._rng.uniform(0, pause / 2)

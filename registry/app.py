@@ -223,6 +223,7 @@ def _peers(reload: Reload | None) -> Callable[[web.Application], AsyncIterator[N
                 lifecycle,
                 take_notes,
                 interval=settings.anti_entropy_interval,
+                soon=cluster.returned,
             ),
             name="anti_entropy",
         )

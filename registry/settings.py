@@ -71,7 +71,10 @@ class Settings:
     replication_batch_delay: float = 0.5 * SECONDS  # how long a heartbeat waits to coalesce
     replication_change_delay: float = 0.02 * SECONDS  # how long any other change waits
     replication_max_pending: int = 10_000  # per peer; heartbeats are dropped first
-    replication_max_backoff: float = 30 * SECONDS
+    replication_max_backoff: float = 30 * SECONDS  # a busy peer (timeouts, 503s)
+    # A peer that cannot be reached is tried again at least this often, so its return is
+    # noticed in seconds (and anti-entropy with it runs at once).
+    peer_probe_interval: float = 2 * SECONDS
     peer_connect_timeout: float = 1 * SECONDS
     peer_read_timeout: float = 5 * SECONDS
     peer_sync_budget: float = 30 * SECONDS  # start-up copy from peers: total time for attempts
@@ -110,6 +113,7 @@ class Settings:
             "replication_batch_delay",
             "replication_change_delay",
             "replication_max_backoff",
+            "peer_probe_interval",
             "peer_connect_timeout",
             "peer_read_timeout",
             "peer_sync_budget",

@@ -204,6 +204,43 @@ class TestUnreachablePeer:
         assert 0 < d.pending.dropped
         assert 0 < d.stats.retried
 
+    async def test_a_peer_that_comes_back_is_noticed_in_seconds_and_pulled_at_once(
+        self, aiohttp_server: AiohttpServer, aiohttp_client: AiohttpClient, clock: FakeClock
+    ):
+        """B is down for a minute while A has changes for it: A keeps trying at least every
+        peer_probe_interval (2 s), not at the 30 s congestion cap, and on B's return pulls
+        what only B holds at once, not at the next anti-entropy round (30 s)."""
+        port = free_port()
+        settings = Settings(
+            peers=(f"http://127.0.0.1:{port}/eureka/",),
+            peer_sync_budget=1,
+            peer_sync_empty_window=1,
+        )
+        a = await aiohttp_client(create_app(settings, clock=clock))
+        await register(a, iid="on-a")
+        for _ in range(60):  # a minute of failed tries
+            await clock.advance(1)
+            await asyncio.sleep(0.01)
+        d = dispatcher(a)
+        assert (False, 1) == (d.stats.reachable, len(d.pending))
+        b = await aiohttp_server(create_app(Settings(), clock=clock), port=port)
+        async with aiohttp.ClientSession() as session:
+            response = await session.post(
+                b.make_url("/eureka/apps/ORDERS"),
+                data=orjson.dumps({"instance": instance_doc(iid="only-on-b")}),
+                headers={"Content-Type": "application/json"},
+            )
+            assert 204 == response.status
+        for _ in range(25):  # at most 2.5 s of the clock
+            await clock.advance(0.1)
+            await asyncio.sleep(0.01)
+            if has(b, "on-a") and any(
+                lease.instance.instance_id == "only-on-b" for lease in registry(a).leases()
+            ):
+                break
+        else:
+            raise AssertionError(f"not converged 2.5 s after the return: {d.stats}")
+
 
 class TestAntiEntropy:
     async def test_what_replication_missed_is_pulled(
