@@ -55,6 +55,17 @@ def has(server: TestServer, iid: str) -> bool:
     return any(lease.instance.instance_id == iid for lease in registry(server).leases())
 
 
+async def register_on(server: TestServer, app: str = "ORDERS", iid: str = "only-on-b") -> None:
+    """A registration made on `server` directly, as its own client's (no peer hears of it)."""
+    async with aiohttp.ClientSession() as session:
+        response = await session.post(
+            server.make_url(f"/eureka/apps/{app}"),
+            data=orjson.dumps({"instance": instance_doc(app, iid=iid)}),
+            headers={"Content-Type": "application/json"},
+        )
+        assert 204 == response.status
+
+
 async def replicated(node: TestClient, clock: FakeClock) -> None:
     """Move time in small steps until A owes B nothing (each batch needs real round trips)."""
     d = dispatcher(node)
@@ -224,13 +235,7 @@ class TestUnreachablePeer:
         d = dispatcher(a)
         assert (False, 1) == (d.stats.reachable, len(d.pending))
         b = await aiohttp_server(create_app(Settings(), clock=clock), port=port)
-        async with aiohttp.ClientSession() as session:
-            response = await session.post(
-                b.make_url("/eureka/apps/ORDERS"),
-                data=orjson.dumps({"instance": instance_doc(iid="only-on-b")}),
-                headers={"Content-Type": "application/json"},
-            )
-            assert 204 == response.status
+        await register_on(b)
         for _ in range(25):  # at most 2.5 s of the clock
             await clock.advance(0.1)
             await asyncio.sleep(0.01)
@@ -247,13 +252,8 @@ class TestAntiEntropy:
         self, node: TestClient, peer: TestServer, clock: FakeClock
     ):
         """An instance only B holds (no batch ever carried it) reaches A within one interval."""
+        await register_on(peer)
         async with aiohttp.ClientSession() as session:
-            response = await session.post(
-                peer.make_url("/eureka/apps/ORDERS"),
-                data=orjson.dumps({"instance": instance_doc(iid="only-on-b")}),
-                headers={"Content-Type": "application/json"},
-            )
-            assert 204 == response.status
             digests = await (
                 await session.get(peer.make_url("/eureka/peerreplication/digest"))
             ).json()
@@ -279,13 +279,7 @@ class TestAntiEntropy:
         settings = Settings(peers=(str(b.make_url("/eureka/")),))
         a = await aiohttp_client(create_app(settings, clock=clock))
         await eventually(lambda: a.app[LIFECYCLE].serves_reads)  # type: ignore[index]
-        async with aiohttp.ClientSession() as session:
-            for n in range(20):
-                response = await session.post(
-                    b.make_url(f"/eureka/apps/APP{n}"),
-                    data=orjson.dumps({"instance": instance_doc(f"APP{n}", iid=f"i-{n}")}),
-                    headers={"Content-Type": "application/json"},
-                )
-                assert 204 == response.status
+        for n in range(20):
+            await register_on(b, f"APP{n}", f"i-{n}")
         await clock.advance(30)
         await eventually(lambda: len(registry(a)) == 20, what="every application pulled")
