@@ -1,4 +1,11 @@
-"""structlog set-up: JSON lines off a terminal, readable console output on one."""
+"""structlog set-up: JSON lines off a terminal, readable console output on one.
+
+aiohttp's own loggers (its server's errors, the access log when enabled) write through the
+standard library: their records are rendered by the same processors, so every line is JSON
+off a terminal. A client's request body that cannot be decoded and that no handler read is
+aiohttp's to drain after the answer; it logs that as an unhandled exception, which is not a
+fault of this server: those records are left out.
+"""
 
 from __future__ import annotations
 
@@ -6,26 +13,37 @@ import logging
 import sys
 
 import structlog
+from aiohttp.web_protocol import RequestPayloadError
 
 
 def configure(*, level: str = "info", fmt: str = "auto") -> None:
     console = sys.stderr.isatty() if fmt == "auto" else fmt == "console"
     numeric_level = logging.getLevelNamesMapping()[level.upper()]
-    # aiohttp's own loggers (access log when enabled, server errors) go to stderr as well.
-    logging.basicConfig(level=numeric_level, stream=sys.stderr, format="%(message)s")
     renderer: structlog.typing.Processor = (
         structlog.dev.ConsoleRenderer(exception_formatter=structlog.dev.plain_traceback)
         if console
         else structlog.processors.JSONRenderer()
     )
+    shared: list[structlog.typing.Processor] = [
+        structlog.contextvars.merge_contextvars,
+        structlog.processors.add_log_level,
+        structlog.processors.TimeStamper(fmt="iso", utc=True),
+    ]
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(
+        structlog.stdlib.ProcessorFormatter(
+            foreign_pre_chain=shared,
+            processors=[
+                structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+                _TRACEBACKS if not console else _passthrough,
+                renderer,
+            ],
+        )
+    )
+    handler.addFilter(_undrained_client_body)
+    logging.basicConfig(level=numeric_level, handlers=[handler], force=True)
     structlog.configure(
-        processors=[
-            structlog.contextvars.merge_contextvars,
-            structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True),
-            _TRACEBACKS if not console else _passthrough,
-            renderer,
-        ],
+        processors=[*shared, _TRACEBACKS if not console else _passthrough, renderer],
         wrapper_class=structlog.make_filtering_bound_logger(numeric_level),
         logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
         cache_logger_on_first_use=True,
@@ -37,6 +55,12 @@ def configure(*, level: str = "info", fmt: str = "auto") -> None:
 _TRACEBACKS = structlog.processors.ExceptionRenderer(
     structlog.tracebacks.ExceptionDictTransformer(show_locals=False)
 )
+
+
+def _undrained_client_body(record: logging.LogRecord) -> bool:
+    """False for aiohttp's record of a client's body it could not decode while draining it."""
+    error = record.exc_info[1] if record.exc_info else None
+    return not isinstance(error, RequestPayloadError)
 
 
 def _passthrough(

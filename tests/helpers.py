@@ -12,6 +12,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
+import aiohttp
 import orjson
 from aiohttp.test_utils import TestClient
 
@@ -133,3 +134,16 @@ async def locked(path: Path, *, exclusive: bool = False) -> AsyncIterator[None]:
     finally:
         release.set()
         await holder
+
+
+async def until_ready(session: aiohttp.ClientSession, base: str, *, timeout: float = 20) -> None:
+    """Poll a server process's `/readyz` (at `base`, without /eureka) until it answers 200."""
+
+    async def status() -> int:
+        try:
+            async with session.get(base + "/readyz") as response:
+                return response.status
+        except aiohttp.ClientError:
+            return 0
+
+    await eventually(status, lambda code: code == 200, timeout=timeout, what="ready")

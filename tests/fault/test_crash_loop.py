@@ -26,7 +26,7 @@ import aiohttp
 import orjson
 import pytest
 
-from tests.helpers import free_port, instance_doc
+from tests.helpers import free_port, instance_doc, until_ready
 
 pytestmark = pytest.mark.slow
 
@@ -73,19 +73,6 @@ async def start(data: Path, port: int) -> asyncio.subprocess.Process:
         stdout=asyncio.subprocess.DEVNULL,
         stderr=asyncio.subprocess.DEVNULL,
     )
-
-
-async def ready(session: aiohttp.ClientSession, base: str) -> None:
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        try:
-            async with session.get(base + "/readyz") as response:
-                if response.status == 200:
-                    return
-        except aiohttp.ClientError:
-            pass
-        await asyncio.sleep(0.05)
-    raise AssertionError("the server never became ready")
 
 
 async def traffic(
@@ -137,7 +124,7 @@ async def test_nothing_acknowledged_is_lost_across_kills(session, tmp_path):
     for round_ in range(ROUNDS + 1):  # the last start only checks the last kill
         process = await start(tmp_path, port)
         try:
-            await ready(session, base)
+            await until_ready(session, base)
             ids, overrides = await listed(session, base)
             assert len(ids) == len(set(ids)), "an instance listed twice"
             assert acked.overrides.items() <= overrides.items(), f"round {round_}: overrides lost"

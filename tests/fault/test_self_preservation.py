@@ -19,7 +19,7 @@ import aiohttp
 import orjson
 import pytest
 
-from tests.helpers import free_port, instance_doc
+from tests.helpers import free_port, instance_doc, until_ready
 
 pytestmark = pytest.mark.slow
 
@@ -53,16 +53,7 @@ def base(tmp_path: Path) -> Iterator[str]:
 
 async def test_half_the_heartbeats_stopping_holds_eviction_and_says_why(base):
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as session:
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                async with session.get(base + "/readyz") as response:
-                    if response.status == 200:
-                        break
-            except aiohttp.ClientError:
-                pass
-            assert time.monotonic() < deadline, "the server never became ready"
-            await asyncio.sleep(0.05)
+        await until_ready(session, base)
         started = time.monotonic()
         for iid in INSTANCES:
             doc = {"instance": instance_doc("ORDERS", iid, leaseInfo=LEASE)}
