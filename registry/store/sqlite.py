@@ -125,7 +125,16 @@ class Store:
 
     @classmethod
     async def _open(cls, path: Path, busy_timeout_ms: int) -> Store:
-        db = await aiosqlite.connect(path, isolation_level=None)  # transactions are explicit
+        connecting = asyncio.ensure_future(_connect(path))
+        try:
+            db = await asyncio.shield(connecting)
+        except BaseException:
+            # Cancelled (a start stopped by a signal): the connection is made in aiosqlite's
+            # thread all the same; wait for it and close it, or that thread finishes after the
+            # event loop has closed, and fails there.
+            with contextlib.suppress(Exception):
+                await (await connecting).close()
+            raise
         try:
             await db.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
             await _check_integrity(db)
@@ -263,6 +272,10 @@ class Store:
                 with contextlib.suppress(sqlite3.Error):
                     await self._db.execute("ROLLBACK")
                 raise
+
+
+async def _connect(path: Path) -> aiosqlite.Connection:
+    return await aiosqlite.connect(path, isolation_level=None)  # transactions are explicit
 
 
 def _instance(doc: bytes | str, registered_ms: int | None) -> InstanceInfo:
