@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import os
 import socket
 import sqlite3
+import subprocess
+import sys
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -147,3 +150,20 @@ async def until_ready(session: aiohttp.ClientSession, base: str, *, timeout: flo
             return 0
 
     await eventually(status, lambda code: code == 200, timeout=timeout, what="ready")
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def registry_process(port: int, settings: dict[str, str], stderr: Any) -> subprocess.Popen[bytes]:
+    """`python -m registry serve` on `port` with `settings` as REGISTRY_* variables (none
+    inherited from the test's environment), its stderr to `stderr`."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("REGISTRY_")}
+    env |= {f"REGISTRY_{key.upper()}": value for key, value in settings.items()}
+    return subprocess.Popen(
+        [sys.executable, "-m", "registry", "serve", "--port", str(port)],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=stderr,
+    )

@@ -19,11 +19,8 @@ import http.client
 import json
 import os
 import socket
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
@@ -33,13 +30,12 @@ from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
 from registry.http.routes import PREFIXES, UNVERSIONED, VERSIONED
-from tests.helpers import free_port, instance_doc
+from tests.helpers import free_port, instance_doc, registry_process
 
 pytestmark = pytest.mark.slow
 
 CASES = int(os.environ.get("REGISTRY_FUZZ_CASES", "2000"))
 SEED = int(os.environ.get("REGISTRY_FUZZ_SEED", "16"))
-ROOT = Path(__file__).resolve().parents[2]
 TRACKED = [("ORDERS", "i-1"), ("ORDERS", "i-2"), ("PAYMENTS", "p-1")]
 METHODS = ["GET", "PUT", "POST", "DELETE", "HEAD", "PATCH", "OPTIONS"]
 # Query keys the API reads (a long-poll's `wait` is left out: a case must not hold for minutes).
@@ -64,21 +60,9 @@ ROUTES = [
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
     """A real process with a store, three tracked instances and an override; its port."""
     port, data = free_port(), tmp_path_factory.mktemp("fuzz")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("REGISTRY_")}
-    env |= {
-        "REGISTRY_DATA_DIR": str(data),
-        "REGISTRY_FETCH_RATE_LIMIT": "0",
-        "REGISTRY_LOG_FORMAT": "json",
-        "REGISTRY_LOG_LEVEL": "warning",
-    }
+    settings = {"data_dir": str(data), "fetch_rate_limit": "0", "log_format": "json"}
     stderr = (data / "stderr.log").open("wb")
-    process = subprocess.Popen(
-        [sys.executable, "-m", "registry", "serve", "--port", str(port)],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=stderr,
-    )
+    process = registry_process(port, settings | {"log_level": "warning"}, stderr)
     try:
         _wait_ready(port)
         for app, iid in TRACKED:

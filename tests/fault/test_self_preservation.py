@@ -7,10 +7,7 @@ renewals and a lease's life: about three minutes.
 from __future__ import annotations
 
 import asyncio
-import os
 import re
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,11 +16,10 @@ import aiohttp
 import orjson
 import pytest
 
-from tests.helpers import free_port, instance_doc, until_ready
+from tests.helpers import free_port, instance_doc, registry_process, until_ready
 
 pytestmark = pytest.mark.slow
 
-ROOT = Path(__file__).resolve().parents[2]
 # Renewed every 30 s as stock clients do; a lease that outlives the minute the server counts
 # renewals over, so the count shows the drop before the first silent lease runs out.
 LEASE = {"renewalIntervalInSecs": 30, "durationInSecs": 120}
@@ -34,16 +30,8 @@ JSON = {"Accept": "application/json"}
 @pytest.fixture
 def base(tmp_path: Path) -> Iterator[str]:
     port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("REGISTRY_")}
-    env |= {"REGISTRY_STORE": "false", "REGISTRY_FETCH_RATE_LIMIT": "0"}
     with (tmp_path / "server.log").open("wb") as log:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "registry", "serve", "--port", str(port)],
-            cwd=ROOT,
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=log,
-        )
+        process = registry_process(port, {"store": "false", "fetch_rate_limit": "0"}, log)
         try:
             yield f"http://127.0.0.1:{port}"
         finally:
