@@ -31,13 +31,20 @@ class ChangeFeed:
         self._clock = clock
         self._changed = asyncio.Event()
         self._encoded: dict[int, bytes] = {}
+        self._hashes: dict[int, str] = {}  # index: the registry's reconcile hash after it
         self.closed = False
         self.beats = 0  # keepalive beats so far
         self.watchers = 0  # open watch streams
         self.polls = 0  # long-polls waiting
 
     def on_change(self, event: ChangeEvent) -> None:
-        """Registry listener: wake everyone waiting."""
+        """Registry listener: wake everyone waiting, and note the reconcile hash this change
+        left for the streams to send with it (only while some are open: it costs a little)."""
+        if self.watchers:
+            if len(self._hashes) >= 2 * _KEEP_ENCODED:
+                for old in list(self._hashes)[:_KEEP_ENCODED]:
+                    del self._hashes[old]
+            self._hashes[event.index] = self._registry.reconcile_hash()
         self._wake()
 
     def loaded(self, registry: Registry) -> None:
@@ -89,15 +96,17 @@ class ChangeFeed:
                 for old in list(self._encoded)[:_KEEP_ENCODED]:
                     del self._encoded[old]
             instance = event.lease.instance
-            data = orjson.dumps(
-                {
-                    "index": event.index,
-                    "action": event.action.value,
-                    "app": instance.app,
-                    "instanceId": instance.instance_id,
-                    "instance": instance_dict(event.lease),
-                }
-            )
+            fields = {
+                "index": event.index,
+                "action": event.action.value,
+                "app": instance.app,
+                "instanceId": instance.instance_id,
+                "instance": instance_dict(event.lease),
+            }
+            hashcode = self._hashes.get(event.index)
+            if hashcode is not None:  # unknown for changes made while no stream was open
+                fields["hashcode"] = hashcode
+            data = orjson.dumps(fields)
             body = self._encoded[event.index] = sse(
                 data, event=event.action.value, id=self.event_id(event.index)
             )

@@ -55,6 +55,10 @@ class Settings:
     self_preservation_accept_lasting_drop: bool = True  # held a whole recount: a scale-down
     # Delta journal
     disable_delta: bool = False
+    # Push: the SSE stream (GET watch) and the long-poll delta (apps/delta?index=N&wait=30s).
+    # Off, the watch answers 403 and the delta ignores index and wait, as a stock Eureka server.
+    watch: bool = True
+    long_poll: bool = True
     delta_retention: float = 3 * MINUTES
     delta_cleanup_interval: float = 30 * SECONDS
     activity_log_interval: float = 60 * SECONDS

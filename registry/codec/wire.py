@@ -45,6 +45,7 @@ def basic_authorization(credential: str) -> str:
 # and the epoch that index belongs to (this node, this run).
 INDEX_HEADER = istr("X-Registry-Index")
 EPOCH_HEADER = istr("X-Registry-Epoch")
+SINCE_HEADER = istr("X-Registry-Since")  # on a long-poll answer: the index it goes on from
 DATA_CENTER_NAMES = ("Netflix", "Amazon", "MyOwn")
 DATA_CENTER_CLASSES = (
     DEFAULT_DATA_CENTER_CLASS,

@@ -10,6 +10,7 @@ from aiohttp import web
 from registry import cache, payloads
 from registry.appkeys import CACHE, CATALOG, CLOCK, FEED, JOURNAL, LIFECYCLE, REGISTRY, SETTINGS
 from registry.codec import encode_instance
+from registry.codec.wire import SINCE_HEADER
 from registry.core import Registry
 from registry.errors import IndexExpired, NotServed, UnknownApplication
 from registry.http import params
@@ -45,10 +46,12 @@ async def delta(request: web.Request) -> web.Response:
     if journal.purge(now_ms=clock.wall_ms()):  # cheap when nothing is due: retention is exact
         request.app[CACHE].drop_delta()
     fmt = response_format(request)
-    query = params.query_string(request)
-    since = params.registry_index(params.query_value(query, "index"), "index")
-    epoch = params.query_value(query, "epoch")
-    wait = params.wait_seconds(query)
+    since = epoch = wait = None
+    if request.app[SETTINGS].long_poll:  # else, as a stock Eureka server: never read
+        query = params.query_string(request)
+        since = params.registry_index(params.query_value(query, "index"), "index")
+        epoch = params.query_value(query, "epoch")
+        wait = params.wait_seconds(query)
     if since is None and wait is None:
         return await cached_payload(
             request,
@@ -70,12 +73,16 @@ async def delta(request: web.Request) -> web.Response:
     changed = journal.since(since)
     if changed is None:  # the wait outlasted the journal's memory of index `since`
         raise IndexExpired(forgotten(journal, since))
-    return await cached_payload(
+    response = await cached_payload(
         request,
         (cache.SINCE, since),
         fmt,
         lambda: payloads.changes(registry, changed, fmt),
     )
+    # Says the answer holds the changes after `since` only, so a client can tell a server
+    # that long-polls from one that ignored the parameters (a stock Eureka server).
+    response.headers[SINCE_HEADER] = str(since)
+    return response
 
 
 def check_index(

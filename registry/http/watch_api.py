@@ -2,10 +2,13 @@
 
     id: 42@5f0c9a1e
     event: MODIFIED
-    data: {"index":42,"action":"MODIFIED","app":"ORDERS","instanceId":"i-1","instance":{...}}
+    data: {"index":42,"action":"MODIFIED","app":"ORDERS","instanceId":"i-1","instance":{...},
+           "hashcode":"UP_7_"}
 
 Each change is one event named by its action (ADDED, MODIFIED, DELETED), with the instance as
-`GET apps` shows it. Its id is the registry index and the epoch that index belongs to (this
+`GET apps` shows it and the registry's `apps__hashcode` just after the change, which a client
+that keeps a copy compares with its own as it would after a delta (absent for changes made
+while no stream was open). Its id is the registry index and the epoch that index belongs to (this
 node, this run), so an id given back by a client that reconnects to another node, or to this
 one after a restart, is recognised as foreign. A stream starts with a `watching` event naming
 the index it goes on from: the `Last-Event-ID` header or `?index=` (with `&epoch=`) when given,
@@ -21,9 +24,9 @@ from __future__ import annotations
 import orjson
 from aiohttp import hdrs, web
 
-from registry.appkeys import CACHE, CLOCK, FEED, JOURNAL, LIFECYCLE, REGISTRY
+from registry.appkeys import CACHE, CLOCK, FEED, JOURNAL, LIFECYCLE, REGISTRY, SETTINGS
 from registry.codec.wire import EPOCH_HEADER, INDEX_HEADER
-from registry.errors import IndexExpired
+from registry.errors import IndexExpired, NotServed
 from registry.feed import ChangeFeed, sse
 from registry.http import params
 from registry.http.discovery_api import check_index, forgotten
@@ -35,6 +38,11 @@ RETRY_MS = 2000  # how long a disconnected EventSource waits before reconnecting
 
 async def watch(request: web.Request) -> web.StreamResponse:
     request.app[LIFECYCLE].check_reads()
+    if not request.app[SETTINGS].watch:
+        raise NotServed(
+            "the watch stream is turned off on this server (watch = false); long-poll "
+            "apps/delta?index=N&wait=30s or poll apps/delta instead"
+        )
     registry, journal, feed = request.app[REGISTRY], request.app[JOURNAL], request.app[FEED]
     if journal.purge(now_ms=request.app[CLOCK].wall_ms()):  # retention is exact, as for deltas
         request.app[CACHE].drop_delta()

@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
 import gzip
 
 import pytest
 from defusedxml.ElementTree import fromstring
 
 from registry import Settings
+from registry.appkeys import FEED
 from tests.helpers import JSON, fetch_json, register
+
+
+async def settle() -> None:
+    """Let the loop run what is ready (a request reach its handler) without moving time."""
+    for _ in range(10):
+        await asyncio.sleep(0)
 
 
 class TestFullRegistry:
@@ -191,3 +199,120 @@ class TestServerStatus:
         root = fromstring(await (await client.get("/eureka/status")).read())
         assert "3" == root.findtext("selfPreservation/renews-threshold")
         assert "true" == root.findtext("selfPreservation/evicting")
+
+
+SINCE = "X-Registry-Since"
+
+
+class TestSinceHeader:
+    async def test_an_index_delta_says_the_index_it_goes_on_from(self, client):
+        """apps/delta?index=N answers X-Registry-Since: N, with or without a wait."""
+        for n in range(3):
+            await register(client, iid=f"i-{n}")
+        answers = [
+            await client.get("/eureka/apps/delta?index=1", headers=JSON),
+            await client.get("/eureka/apps/delta?index=2&wait=30s", headers=JSON),
+            await client.get("/eureka/apps/delta?index=1", headers=JSON),  # from the cache
+        ]
+        assert [(200, "1"), (200, "2"), (200, "1")] == [
+            (r.status, r.headers.get(SINCE)) for r in answers
+        ]
+
+    async def test_the_plain_delta_has_no_since_header(self, client):
+        """The ordinary delta is the whole window, not changes after an index."""
+        await register(client)
+        response = await client.get("/eureka/apps/delta", headers=JSON)
+        assert (200, None) == (response.status, response.headers.get(SINCE))
+
+    async def test_a_held_long_poll_says_the_index_it_waited_from(self, client):
+        """A long-poll answered by a later change still names the index it was asked from."""
+        await register(client)
+        poll = asyncio.ensure_future(client.get("/eureka/apps/delta?index=1&wait=30s"))
+        await settle()
+        assert not poll.done()
+        await register(client, iid="i-2")
+        response = await asyncio.wait_for(poll, 5)
+        assert ("1", "2") == (response.headers.get(SINCE), response.headers["X-Registry-Index"])
+
+    async def test_a_long_poll_answered_empty_at_the_timeout_says_its_index(self, client, clock):
+        """A wait that runs out with no change still names the index it was asked from."""
+        await register(client)
+        poll = asyncio.ensure_future(client.get("/eureka/apps/delta?index=1&wait=30s"))
+        await settle()
+        await clock.advance(30)
+        response = await asyncio.wait_for(poll, 5)
+        assert (200, "1") == (response.status, response.headers.get(SINCE))
+
+    async def test_wait_alone_says_the_index_it_started_at(self, client):
+        """Without index the poll goes on from the registry's index when it was asked."""
+        await register(client)
+        await register(client, iid="i-2")
+        poll = asyncio.ensure_future(client.get("/eureka/apps/delta?wait=30s"))
+        await settle()
+        await register(client, iid="i-3")
+        response = await asyncio.wait_for(poll, 5)
+        assert "2" == response.headers.get(SINCE)
+
+    @pytest.mark.parametrize(
+        "headers",
+        [{"Accept": "application/xml"}, {"Accept-Encoding": "gzip", **JSON}],
+        ids=["xml", "gzip"],
+    )
+    async def test_every_format_carries_it(self, client, headers):
+        """XML and gzip answers carry the header as JSON ones do."""
+        await register(client)
+        await register(client, iid="i-2")
+        response = await client.get("/eureka/apps/delta?index=1", headers=headers)
+        assert (200, "1") == (response.status, response.headers.get(SINCE))
+
+
+class TestLongPollTurnedOff:
+    @pytest.fixture
+    def settings(self) -> Settings:
+        return Settings(long_poll=False)
+
+    async def test_index_and_wait_are_ignored_and_the_plain_delta_comes_at_once(self, client):
+        """Asked for the changes after the current index with a wait, it answers every recent
+        change now, as the plain delta does, and without X-Registry-Since."""
+        await register(client, iid="a")
+        await register(client, iid="b")
+        plain = await client.get("/eureka/apps/delta", headers=JSON)
+        response = await asyncio.wait_for(
+            client.get("/eureka/apps/delta?index=2&wait=30s", headers=JSON), 5
+        )
+        doc = (await response.json())["applications"]
+        assert (200, None) == (response.status, response.headers.get(SINCE))
+        assert ["a", "b"] == [i["instanceId"] for i in doc["application"][0]["instance"]]
+        assert await plain.json() == await response.json()
+        assert 0 == client.app[FEED].polls
+
+    async def test_wait_alone_does_not_hold_the_request(self, client):
+        """A wait with no index is not held either: the plain delta comes at once."""
+        await register(client)
+        response = await asyncio.wait_for(
+            client.get("/eureka/apps/delta?wait=30s", headers=JSON), 5
+        )
+        doc = (await response.json())["applications"]
+        assert (None, ["i-1"]) == (
+            response.headers.get(SINCE),
+            [i["instanceId"] for i in doc["application"][0]["instance"]],
+        )
+
+    @pytest.mark.parametrize(
+        "query", ["index=99", "index=0&epoch=0badc0de", "index=0"], ids=["ahead", "foreign", "0"]
+    )
+    async def test_an_index_it_cannot_go_on_from_is_not_a_410(self, client, clock, query):
+        """An index ahead, of another epoch or forgotten means nothing here: the plain delta."""
+        await register(client)
+        await clock.advance(200)  # past the retention: index 0's changes are forgotten
+        await register(client, iid="i-2")
+        plain = await fetch_json(client, "/eureka/apps/delta")
+        response = await client.get(f"/eureka/apps/delta?{query}", headers=JSON)
+        assert (200, None) == (response.status, response.headers.get(SINCE))
+        assert plain == await response.json()
+
+    @pytest.mark.parametrize("query", ["index=abc", "wait=forever", "wait=1h"])
+    async def test_unreadable_long_poll_parameters_are_ignored_too(self, client, query):
+        """A stock Eureka server does not read these parameters, so it cannot refuse them."""
+        response = await client.get(f"/eureka/apps/delta?{query}", headers=JSON)
+        assert 200 == response.status, await response.text()

@@ -12,7 +12,7 @@ from aiohttp import ClientResponse
 
 from registry import Settings
 from registry.appkeys import FEED
-from tests.helpers import JSON, fetch_json, register, registry_of
+from tests.helpers import JSON, eventually, fetch_json, register, registry_of
 
 INDEX = "X-Registry-Index"
 
@@ -324,3 +324,123 @@ class TestReadOnlyLayerOverHttp:
         await clock.advance(30)
         doc = await fetch_json(client, "/eureka/apps")
         assert 2 == len(doc["applications"]["application"][0]["instance"])
+
+
+class TestWatchSetting:
+    @pytest.mark.parametrize(
+        ("settings", "expected"),
+        [
+            (Settings(watch=True), (200, "text/event-stream")),
+            (Settings(watch=False), (403, "application/json")),
+        ],
+    )
+    async def test_the_watch_setting_turns_the_stream_on_and_off(self, client, expected):
+        """The same request streams with watch on and is refused with watch off."""
+        response = await client.get("/eureka/watch")
+        assert expected == (response.status, response.content_type)
+        response.close()
+
+
+class TestWatchTurnedOff:
+    @pytest.fixture
+    def settings(self) -> Settings:
+        return Settings(watch=False)
+
+    async def test_is_a_403_error_document_and_no_stream(self, client):
+        """With watch off the answer is the registry's 403 error body, and no stream opens."""
+        response = await client.get("/eureka/watch", headers={"Last-Event-ID": "0"})
+        body = await asyncio.wait_for(response.json(), 5)
+        assert (403, "not_served") == (response.status, body["error"])
+        assert "watch = false" in body["detail"]
+        assert "text/event-stream" != response.content_type
+        assert 0 == client.app[FEED].watchers
+
+
+class TestWatchHashcode:
+    async def open(self, client, path: str = "/eureka/watch") -> ClientResponse:
+        response = await client.get(path)
+        assert (200, "watching") == (response.status, (await next_event(response))["event"])
+        return response
+
+    async def test_each_event_carries_the_hash_right_after_its_change(self, client):
+        """Each event carries the registry's apps__hashcode as its change left it."""
+        stream = await self.open(client)
+        await register(client, iid="i-1")
+        await register(client, iid="i-2")
+        await client.put("/eureka/apps/ORDERS/i-1/status?value=OUT_OF_SERVICE")
+        await client.delete("/eureka/apps/ORDERS/i-2")
+        events = [await next_event(stream) for _ in range(4)]
+        assert [
+            ("1", "ADDED", "UP_1_"),
+            ("2", "ADDED", "UP_2_"),
+            ("3", "MODIFIED", "OUT_OF_SERVICE_1_UP_1_"),
+            ("4", "DELETED", "OUT_OF_SERVICE_1_"),
+        ] == [(index(e), e["event"], e["data"]["hashcode"]) for e in events]
+        stream.close()
+
+    async def test_a_burst_of_changes_keeps_each_change_its_own_hash(self, client, clock):
+        """Changes made in one loop turn, before the stream sends any, each keep their hash."""
+        for n in range(3):
+            await register(client, iid=f"i-{n}")
+        stream = await self.open(client)
+        registry = registry_of(client)
+        for n in range(3):  # no await between them: the stream encodes them all afterwards
+            registry.cancel("ORDERS", f"i-{n}", now_ms=clock.wall_ms())
+        events = [await next_event(stream) for _ in range(3)]
+        assert [("4", "UP_2_"), ("5", "UP_1_"), ("6", "")] == [
+            (index(e), e["data"]["hashcode"]) for e in events
+        ]
+        stream.close()
+
+    async def test_the_last_event_hash_is_the_one_a_full_fetch_shows(self, client):
+        """A client that applied every event compares the same hash GET apps gives."""
+        stream = await self.open(client)
+        await register(client, iid="i-1")
+        await register(client, "PAYMENTS", "p-1", status="STARTING")
+        await next_event(stream)
+        last = await next_event(stream)
+        doc = await fetch_json(client, "/eureka/apps")
+        assert ("STARTING_1_UP_1_", "STARTING_1_UP_1_") == (
+            last["data"]["hashcode"],
+            doc["applications"]["apps__hashcode"],
+        )
+        stream.close()
+
+    async def test_a_change_made_before_any_stream_opened_has_no_hashcode(self, client):
+        """Resumed with ?index=, a change made while nobody watched comes without a hash."""
+        await register(client, iid="i-1")
+        stream = await self.open(client, "/eureka/watch?index=0")
+        early = await next_event(stream)
+        await register(client, iid="i-2")
+        late = await next_event(stream)
+        assert [("1", None), ("2", "UP_2_")] == [
+            (index(e), e["data"].get("hashcode")) for e in (early, late)
+        ]
+        assert {"index", "action", "app", "instanceId", "instance"} == set(early["data"])
+        stream.close()
+
+    async def test_a_stream_resumed_later_gets_the_hashes_noted_while_one_was_open(self, client):
+        """The hash belongs to the change: a second stream resuming past it sends it too."""
+        await register(client, iid="i-1")
+        first = await self.open(client)
+        await register(client, iid="i-2")
+        await next_event(first)
+        second = await self.open(client, "/eureka/watch?index=0")
+        events = [await next_event(second) for _ in range(2)]
+        assert [("1", None), ("2", "UP_2_")] == [
+            (index(e), e["data"].get("hashcode")) for e in events
+        ]
+        first.close()
+        second.close()
+
+    async def test_changes_after_the_last_stream_closed_have_no_hashcode(self, client):
+        """Once every stream is gone the hash is no longer noted."""
+        stream = await self.open(client)
+        stream.close()
+        await register(client, iid="i-1")  # this write finds the client gone
+        await eventually(lambda: client.app[FEED].watchers, lambda n: n == 0, what="no watcher")
+        await register(client, iid="i-2")
+        resumed = await self.open(client, "/eureka/watch?index=1")
+        event = await next_event(resumed)
+        assert ("2", None) == (index(event), event["data"].get("hashcode"))
+        resumed.close()
