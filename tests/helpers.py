@@ -155,11 +155,17 @@ async def until_ready(session: aiohttp.ClientSession, base: str, *, timeout: flo
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def registry_process(port: int, settings: dict[str, str], stderr: Any) -> subprocess.Popen[bytes]:
-    """`python -m registry serve` on `port` with `settings` as REGISTRY_* variables (none
-    inherited from the test's environment), its stderr to `stderr`."""
+def registry_env(settings: dict[str, str]) -> dict[str, str]:
+    """The environment of a server process: `settings` as REGISTRY_* variables, none
+    inherited from the test's environment."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("REGISTRY_")}
-    env |= {f"REGISTRY_{key.upper()}": value for key, value in settings.items()}
+    return env | {f"REGISTRY_{key.upper()}": value for key, value in settings.items()}
+
+
+def registry_process(port: int, settings: dict[str, str], stderr: Any) -> subprocess.Popen[bytes]:
+    """`python -m registry serve` on `port` with `settings` (see `registry_env`), its stderr
+    to `stderr`."""
+    env = registry_env(settings)
     return subprocess.Popen(
         [sys.executable, "-m", "registry", "serve", "--port", str(port)],
         cwd=ROOT,

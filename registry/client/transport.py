@@ -1,0 +1,149 @@
+"""HTTP to the registry's servers: every call bounded in time, failing over between servers.
+
+A call goes to the server the `ServerList` names. If that server cannot be reached, times out or
+answers 5xx, it is marked failed and the call is made again on the server the list goes over
+to, each server at most once per call; `Unavailable` when none answered. Every other answer,
+4xx included, is the caller's to read: a 404 to a heartbeat means "register again", not "this
+server is broken".
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+from multidict import CIMultiDictProxy
+
+from registry.client.servers import Server, ServerList
+from registry.clock import Clock
+
+FailoverListener = Callable[[Server, Server, str], None]
+
+
+class Unavailable(Exception):
+    """No server answered the call."""
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    status: int
+    headers: CIMultiDictProxy[str]
+    body: bytes
+    server: Server
+
+
+class Transport:
+    def __init__(
+        self,
+        servers: ServerList,
+        session: aiohttp.ClientSession,
+        clock: Clock,
+        *,
+        connect_timeout: float,
+        read_timeout: float,
+        on_failover: FailoverListener,
+    ) -> None:
+        self.servers = servers
+        self._session = session
+        self._clock = clock
+        self._connect_timeout = connect_timeout
+        self.read_timeout = read_timeout
+        self._on_failover = on_failover
+
+    async def call(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Mapping[str, str] | None = None,
+        json: Any = None,
+        headers: Mapping[str, str] | None = None,
+        read_timeout: float | None = None,
+    ) -> Reply:
+        """`method path` on the current server, then on the others while they fail."""
+        tried: set[int] = set()
+        while True:
+            server = self.servers.choose(self._clock.monotonic())
+            if id(server) in tried:
+                raise Unavailable(f"{method} {path}: no server answered")
+            tried.add(id(server))
+            reason = ""
+            try:
+                async with self._session.request(
+                    method,
+                    server.url + path,
+                    params=params,
+                    json=json,
+                    headers=headers,
+                    auth=_auth(server),
+                    timeout=self._timeout(read_timeout, total=True),
+                ) as response:
+                    body = await response.read()
+                if response.status < 500:
+                    self.servers.succeeded(server)
+                    return Reply(response.status, response.headers, body, server)
+                reason = f"answered {response.status}"
+            except (aiohttp.ClientError, TimeoutError) as exc:
+                reason = _describe(exc)
+            if not self.failed(server, reason):
+                raise Unavailable(f"{method} {path}: {server.url} {reason}")
+
+    @asynccontextmanager
+    async def stream(
+        self,
+        path: str,
+        *,
+        params: Mapping[str, str] | None = None,
+        headers: Mapping[str, str] | None = None,
+        read_timeout: float,
+        max_line: int = 1 << 16,
+    ) -> AsyncIterator[aiohttp.ClientResponse]:
+        """A GET whose body is read as it comes (a watch stream), on the current server.
+        Each read waits at most `read_timeout`, a line is at most `max_line` bytes; a server
+        that fails is left as for a call, and `Unavailable` raised, for the caller to open the
+        stream again."""
+        server = self.servers.choose(self._clock.monotonic())
+        try:
+            async with self._session.get(
+                server.url + path,
+                params=params,
+                headers=headers,
+                auth=_auth(server),
+                timeout=self._timeout(read_timeout, total=False),
+                read_bufsize=max_line,
+            ) as response:
+                if response.status >= 500:
+                    raise Unavailable(f"answered {response.status}")
+                yield response
+        except (aiohttp.ClientError, TimeoutError, Unavailable) as exc:
+            reason = _describe(exc)
+            self.failed(server, reason)
+            raise Unavailable(f"GET {path}: {server.url} {reason}") from exc
+
+    def failed(self, server: Server, reason: str) -> bool:
+        """Mark `server` failed; whether the client went over to another."""
+        successor = self.servers.failed(server, self._clock.monotonic())
+        if successor is not None:
+            self._on_failover(server, successor, reason)
+        return successor is not None
+
+    def _timeout(self, read_timeout: float | None, *, total: bool) -> aiohttp.ClientTimeout:
+        read = read_timeout if read_timeout is not None else self.read_timeout
+        return aiohttp.ClientTimeout(
+            total=self._connect_timeout + read if total else None,
+            connect=self._connect_timeout,
+            sock_read=read,
+        )
+
+
+def _auth(server: Server) -> aiohttp.BasicAuth | None:
+    return None if server.credential is None else aiohttp.BasicAuth(*server.credential)
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, TimeoutError):
+        return "timed out"
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
