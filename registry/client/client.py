@@ -161,6 +161,11 @@ class DiscoveryClient:
         answered a full fetch yet)."""
         return "none" if self._fetcher is None else self._fetcher.mode
 
+    @property
+    def server(self) -> str:
+        """The base URL of the server the client uses now (without credentials)."""
+        return self._servers.current.url
+
     # -- the instance's own status ----------------------------------------------------------
 
     @property

@@ -6,21 +6,24 @@ application when needed; DELETED removes it, and the application with its last i
 call says what changed as a list of `Change`s (a full fetch as the difference from the copy it
 replaces), so subscribers see one story whichever way the copy was brought up to date.
 
-The reconcile hash is kept from counts by status, like the server's, so comparing it after every
-delta or event costs nothing that grows with the registry. Lookups by application or VIP are
-answered from views built once per change of what they show.
+A full fetch is taken in slices (see `replace`): lookups meanwhile see each instance either
+as it was or as it is. The reconcile hash is kept from counts by status, like the server's,
+so comparing it after every delta or event costs nothing that grows with the registry.
+Lookups by application or VIP are answered from views built once per change of what they
+show.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 from registry.client.model import Action, Change, Instance
 from registry.hashcode import hash_of_counts
 from rules import InstanceStatus
 
 UP = InstanceStatus.UP
+SLICE = 256  # instances between two turns of the caller's loop
 
 
 class LocalCopy:
@@ -55,21 +58,32 @@ class LocalCopy:
             view = self._views[key] = tuple(sorted(chosen, key=lambda i: i.instance_id))
         return view
 
-    def replace(self, fetched: Iterable[Instance]) -> list[Change]:
-        """Take a full fetch's instances in place of the copy; what differs, as changes."""
-        incoming: dict[tuple[str, str], Instance] = {(i.app, i.instance_id): i for i in fetched}
-        changes = [
-            Change(Action.DELETED, old)
-            for app in list(self._apps)
-            for old in list(self._apps[app].values())
+    def replace(self, fetched: Iterable[Instance], changes: list[Change]) -> Iterator[None]:
+        """Take a full fetch's instances in place of the copy, adding to `changes` what
+        differs. A generator that stops every SLICE instances, so a caller on an event loop
+        can give it a turn: at 100 000 instances this is a second of work."""
+        incoming: dict[tuple[str, str], Instance] = {}
+        for n, instance in enumerate(fetched, 1):
+            incoming[(instance.app, instance.instance_id)] = instance
+            if n % SLICE == 0:
+                yield
+        gone = [
+            old
+            for app in self._apps.values()
+            for old in app.values()
             if (old.app, old.instance_id) not in incoming
         ]
-        for change in changes:
-            self._remove(change.instance)
-        for instance in incoming.values():
+        yield
+        for n, old in enumerate(gone, 1):
+            self._remove(old)
+            changes.append(Change(Action.DELETED, old))
+            if n % SLICE == 0:
+                yield
+        for n, instance in enumerate(incoming.values(), 1):
             if (put := self._put(instance)) is not None:
                 changes.append(put)
-        return changes
+            if n % SLICE == 0:
+                yield
 
     def apply(self, action: Action, instance: Instance) -> Change | None:
         """Merge one changed instance; the change it made to the copy, if any."""
@@ -90,7 +104,7 @@ class LocalCopy:
             self._forget(old)
         app[instance.instance_id] = instance
         self._statuses[instance.status] += 1
-        for vip in instance.vips():
+        for vip in instance.vips:
             self._vips.setdefault(vip, {})[(instance.app, instance.instance_id)] = instance
         self._drop_views(instance, old)
         return Change(Action.ADDED if old is None else Action.MODIFIED, instance)
@@ -108,15 +122,16 @@ class LocalCopy:
         self._statuses[old.status] -= 1
         if not self._statuses[old.status]:
             del self._statuses[old.status]
-        for vip in old.vips():
+        for vip in old.vips:
             holders = self._vips[vip]
             del holders[(old.app, old.instance_id)]
             if not holders:
                 del self._vips[vip]
 
     def _drop_views(self, instance: Instance, old: Instance | None) -> None:
-        names = {instance.app, *instance.vips(), *(old.vips() if old else ())}
-        for name in names:
+        if not self._views:
+            return
+        for name in (instance.app, *instance.vips, *(old.vips if old else ())):
             self._views.pop((name, True), None)
             self._views.pop((name, False), None)
 
@@ -126,4 +141,4 @@ def matches(change: Change, name: str | None) -> bool:
     if name is None:
         return True
     key = name.upper()
-    return change.instance.app == key or key in change.instance.vips()
+    return change.instance.app == key or key in change.instance.vips

@@ -40,6 +40,12 @@ class Instance:
     metadata: Mapping[str, str] = field(default_factory=dict)
     # Owned by the instance: the last time it changed its own record
     last_dirty_ms: int = field(default=0, compare=False)
+    # Its VIP addresses, plain and secure, upper-cased as lookups compare them
+    vips: tuple[str, ...] = field(init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        names = f"{self.vip_address or ''},{self.secure_vip_address or ''}".upper().split(",")
+        object.__setattr__(self, "vips", tuple(dict.fromkeys(filter(None, map(str.strip, names)))))
 
     @property
     def url(self) -> str:
@@ -47,11 +53,6 @@ class Instance:
         if self.secure_port is not None:
             return f"https://{self.ip_addr}:{self.secure_port}/"
         return f"http://{self.ip_addr}:{self.port if self.port is not None else 80}/"
-
-    def vips(self) -> tuple[str, ...]:
-        """Its VIP addresses, plain and secure, upper-cased as lookups compare them."""
-        names = f"{self.vip_address or ''},{self.secure_vip_address or ''}"
-        return tuple(dict.fromkeys(n.strip().upper() for n in names.split(",") if n.strip()))
 
     @classmethod
     def from_wire(cls, item: Mapping[str, Any]) -> Instance:

@@ -14,6 +14,8 @@ import random
 from dataclasses import dataclass, field
 from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
+from registry.codec.wire import basic_authorization
+
 MIN_REST = 1.0  # seconds a failed server rests after its first failure
 MAX_REST = 60.0
 
@@ -21,7 +23,7 @@ MAX_REST = 60.0
 @dataclass(eq=False, slots=True)
 class Server:
     url: str  # the base URL, ending in '/', without credentials
-    credential: tuple[str, str] | None = field(default=None, repr=False)
+    authorization: str | None = field(default=None, repr=False)  # HTTP Basic, from the URL
     failures: int = 0
     rests_until: float = 0.0  # monotonic seconds
     # What it was found to serve; a stock Eureka server serves neither
@@ -42,14 +44,16 @@ def parse_servers(urls: str) -> list[Server]:
         parts = urlsplit(text)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"server URL {text!r}: expected http(s)://host[:port]/path/")
-        credential = None
+        authorization = None
         if parts.username is not None:
-            credential = (unquote(parts.username), unquote(parts.password or ""))
+            credential = f"{unquote(parts.username)}:{unquote(parts.password or '')}"
+            authorization = basic_authorization(credential)
         netloc = parts.hostname if ":" not in parts.hostname else f"[{parts.hostname}]"
         if parts.port is not None:
             netloc += f":{parts.port}"
         path = parts.path if parts.path.endswith("/") else parts.path + "/"
-        servers.append(Server(urlunsplit((parts.scheme, netloc, quote(path), "", "")), credential))
+        url = urlunsplit((parts.scheme, netloc, quote(path), "", ""))
+        servers.append(Server(url, authorization))
     if not servers:
         raise ValueError("no server URL given")
     return servers

@@ -35,6 +35,7 @@ from registry.client.model import Action, Change, Instance
 from registry.client.servers import Server
 from registry.client.transport import Reply, Transport, Unavailable
 from registry.clock import Clock
+from registry.tasks import Pacer
 
 log = structlog.get_logger()
 
@@ -137,7 +138,10 @@ class Fetcher:
         reply = await self._transport.call("GET", "apps/", headers=JSON)
         await self._check(reply)
         document = orjson.loads(reply.body)["applications"]
-        changes = self._copy.replace(_instances(document))
+        changes: list[Change] = []
+        pacer = Pacer()  # the application's loop gets a turn every millisecond of this
+        for _ in self._copy.replace(_instances(document), changes):
+            await pacer.pace()
         self._stats.full_fetches += 1
         self._index, self._epoch = _position(reply)
         self._synced_with = reply.server

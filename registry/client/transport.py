@@ -77,8 +77,7 @@ class Transport:
                     server.url + path,
                     params=params,
                     json=json,
-                    headers=headers,
-                    auth=_auth(server),
+                    headers=_with_auth(server, headers),
                     timeout=self._timeout(read_timeout, total=True),
                 ) as response:
                     body = await response.read()
@@ -110,8 +109,7 @@ class Transport:
             async with self._session.get(
                 server.url + path,
                 params=params,
-                headers=headers,
-                auth=_auth(server),
+                headers=_with_auth(server, headers),
                 timeout=self._timeout(read_timeout, total=False),
                 read_bufsize=max_line,
             ) as response:
@@ -139,8 +137,10 @@ class Transport:
         )
 
 
-def _auth(server: Server) -> aiohttp.BasicAuth | None:
-    return None if server.credential is None else aiohttp.BasicAuth(*server.credential)
+def _with_auth(server: Server, headers: Mapping[str, str] | None) -> Mapping[str, str] | None:
+    if server.authorization is None:
+        return headers
+    return {**(headers or {}), "Authorization": server.authorization}
 
 
 def _describe(exc: BaseException) -> str:

@@ -87,3 +87,25 @@ async def test_cancelling_the_task_around_the_client_cancels_the_instance(start_
         await task
     assert task.cancelled()
     assert 404 == await status_of(session, own)
+
+
+async def test_the_first_server_is_taken_back_once_it_returns(start_node, session):
+    """Left for the second when it stopped, the first server is used again after
+    `return_after` once it serves again."""
+    a_port = free_ports(1)[0]
+    a = await ready(session, await start_node(a_port))
+    b = await ready(session, await start_node())
+    servers = f"{a.eureka},{b.eureka}"
+    async with DiscoveryClient(servers, app="orders", port=8080, return_after=2, **FAST) as client:
+        assert a.eureka == client.server
+        a.process.terminate()
+        await a.process.wait()
+        await eventually(lambda: client.server, lambda url: url == b.eureka, what="failover")
+        own = f"apps/ORDERS/{client.instance.instance_id}"
+        await eventually(lambda: status_of(session, b.eureka + own), lambda s: s == 200)
+
+        await ready(session, await start_node(a_port))
+        await eventually(lambda: client.server, lambda url: url == a.eureka, timeout=15)
+        # The first server did not know the instance: a heartbeat's 404 registered it there.
+        await eventually(lambda: status_of(session, a.eureka + own), lambda s: s == 200)
+        await eventually(lambda: client.sync_mode, lambda mode: mode == "watch")

@@ -89,3 +89,33 @@ async def test_a_copy_that_went_wrong_is_fetched_again_in_full(mode, start_node,
         assert () == client.instances("ghost")
         assert ["ORDERS"] == client.applications()
         assert 1 == client.stats.resyncs
+
+
+async def test_credentials_in_the_url_and_the_instance_s_own_status(start_node, session):
+    """Basic credentials from the URL on every call and the stream; the instance's own
+    status changes reach the others; a wrong password registers nothing."""
+    node = await ready(session, await start_node(client_credentials="svc:s3cret"))
+    url = f"http://svc:s3cret@127.0.0.1:{node.port}/eureka/"
+    async with (
+        DiscoveryClient(url, register=False) as watcher,
+        DiscoveryClient(url, app="orders", port=8080, **FAST) as orders,
+    ):
+        await watcher.wait_for("orders", timeout=10)
+        assert "watch" == watcher.sync_mode
+
+        await orders.set_status(InstanceStatus.DOWN)
+        await eventually(lambda: watcher.instances("orders"), lambda up: up == (), timeout=5)
+        [down] = watcher.instances("orders", all_statuses=True)
+        assert InstanceStatus.DOWN == down.status
+        await orders.set_status(InstanceStatus.UP)
+        await watcher.wait_for("orders", timeout=5)
+
+        wrong = f"http://svc:wrong@127.0.0.1:{node.port}/eureka/"
+        async with DiscoveryClient(wrong, app="billing", port=9090, start_timeout=1) as refused:
+            await eventually(lambda: refused.stats.heartbeat_failures, lambda n: n >= 1)
+            assert (0, 0, "none") == (
+                refused.stats.registrations,
+                refused.stats.full_fetches,
+                refused.sync_mode,
+            )
+        assert () == watcher.instances("billing", all_statuses=True)
