@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import socket
+import weakref
 from collections.abc import AsyncIterator, Mapping
 from types import TracebackType
 from urllib.parse import urlsplit
@@ -106,7 +107,7 @@ class DiscoveryClient:
         self.stats = Counters()
         self._copy = LocalCopy()
         self._turns: dict[tuple[str, bool], itertools.count[int]] = {}
-        self._subscribers: list[Changes] = []
+        self._subscribers: weakref.WeakSet[Changes] = weakref.WeakSet()
         self._changed = asyncio.Event()
         self._loops = Loops(self._clock)
         self._session: aiohttp.ClientSession | None = None
@@ -134,9 +135,11 @@ class DiscoveryClient:
 
     def changes(self, app_or_vip: str | None = None) -> Changes:
         """The changes to an application or VIP (every change with None) from now on, as an
-        async iterator of ADDED, MODIFIED and DELETED; it ends when the client closes."""
+        async iterator of ADDED, MODIFIED and DELETED; it ends when the client closes. A full
+        fetch that replaces the copy (at the start, or after a resync) shows as the changes
+        that it made."""
         stream = Changes(self, app_or_vip)
-        self._subscribers.append(stream)
+        self._subscribers.add(stream)
         return stream
 
     async def wait_for(
@@ -239,7 +242,7 @@ class DiscoveryClient:
             except Exception as exc:  # gone with the process anyway: its lease runs out
                 log.warning("instance_cancel_failed", error=str(exc))
         for stream in list(self._subscribers):
-            stream.end()
+            stream.close()
         if self._session is not None:
             await self._session.close()
 
@@ -257,34 +260,33 @@ class DiscoveryClient:
 
 
 class Changes:
-    """An async iterator of the changes to one application or VIP (see `changes`)."""
+    """An async iterator of the changes to one application or VIP (see `changes`). One that
+    is dropped unread is forgotten with its queue; `close` ends one that is still held."""
 
     def __init__(self, client: DiscoveryClient, name: str | None) -> None:
         self._client = client
         self._name = name
         self._queue: asyncio.Queue[Change | None] = asyncio.Queue()
+        self._ended = False
 
     def offer(self, changes: list[Change]) -> None:
         for change in changes:
             if matches(change, self._name):
                 self._queue.put_nowait(change)
 
-    def end(self) -> None:
+    def close(self) -> None:
+        """Stop taking changes; iteration ends after those already taken."""
+        self._client._subscribers.discard(self)
         self._queue.put_nowait(None)
 
     def __aiter__(self) -> AsyncIterator[Change]:
         return self
 
     async def __anext__(self) -> Change:
+        if self._ended:
+            raise StopAsyncIteration
         change = await self._queue.get()
         if change is None:
-            self.aclose_now()
+            self._ended = True
             raise StopAsyncIteration
         return change
-
-    def aclose_now(self) -> None:
-        """Stop receiving changes."""
-        subscribers = self._client._subscribers
-        if self in subscribers:
-            subscribers.remove(self)
-        self._queue.put_nowait(None)

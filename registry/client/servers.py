@@ -114,6 +114,3 @@ class ServerList:
         count = len(self.servers)
         return [(index + step) % count for step in range(1, count)]
 
-    def next_rest_end(self) -> float:
-        """When the first of the resting servers may be tried again."""
-        return min(server.rests_until for server in self.servers)

@@ -22,10 +22,12 @@ from __future__ import annotations
 
 import asyncio
 import random
+from asyncio import FIRST_COMPLETED
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import aiohttp
 import orjson
 import structlog
 
@@ -35,7 +37,7 @@ from registry.client.model import Action, Change, Instance
 from registry.client.servers import Server
 from registry.client.transport import Reply, Transport, Unavailable
 from registry.clock import Clock
-from registry.tasks import Pacer
+from registry.tasks import Pacer, cancel_and_wait
 
 log = structlog.get_logger()
 
@@ -45,6 +47,7 @@ KEEPALIVE_GRACE = 45.0  # a watch stream silent this long is dead (the server be
 MAX_EVENT_BYTES = 1 << 21  # an instance's event may be as large as a register body (1 MiB)
 MAX_PAUSE = 30.0  # seconds between tries at most, after failures or a server's Retry-After
 STREAM_PAUSE = 1.0  # before opening again a stream the server ended
+MOVE_CHECK = 5.0  # how often a watching client looks whether it should use another server
 
 
 @dataclass(slots=True)
@@ -120,7 +123,7 @@ class Fetcher:
                 await self._clock.sleep(pause)
 
     async def _step(self) -> None:
-        server = self._transport.servers.choose(self._clock.monotonic())
+        server = self._transport.choose()
         if self._synced_with is not server:
             await self._full_fetch()
         elif self._index is not None and server.watch:
@@ -191,9 +194,34 @@ class Fetcher:
             if response.status != 200:
                 await self._check(await _read(response, server))
             self._stats.fetches += 1
-            async for event in sse.events(response.content):
-                self._on_event(event)
+            if not await self._follow(response, server):
+                return  # the client moved to another server: a full fetch from it, at once
         await self._clock.sleep(STREAM_PAUSE * self._rng.uniform(0.5, 1.0))
+
+    async def _follow(self, response: aiohttp.ClientResponse, server: Server) -> bool:
+        """Apply the stream's events until it ends (True), or until the client moves to
+        another server (False): a failover of the heartbeats, or the first server's return,
+        which for a pure discovery client is looked for every MOVE_CHECK seconds."""
+        reading = asyncio.ensure_future(self._apply_events(response))
+        try:
+            while not reading.done():
+                moved = asyncio.ensure_future(self._transport.moved.wait())
+                pause = asyncio.ensure_future(self._clock.sleep(MOVE_CHECK))
+                try:
+                    await asyncio.wait((reading, moved, pause), return_when=FIRST_COMPLETED)
+                finally:
+                    moved.cancel()
+                    pause.cancel()
+                if not reading.done() and self._transport.choose() is not server:
+                    return False
+        finally:
+            await cancel_and_wait(reading)
+        reading.result()  # what ended the stream: its end, a Resync, a broken connection
+        return True
+
+    async def _apply_events(self, response: aiohttp.ClientResponse) -> None:
+        async for event in sse.events(response.content):
+            self._on_event(event)
 
     def _on_event(self, event: sse.Event) -> None:
         if event.name == "reset":

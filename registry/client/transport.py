@@ -9,6 +9,7 @@ server is broken".
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -52,6 +53,8 @@ class Transport:
         self._connect_timeout = connect_timeout
         self.read_timeout = read_timeout
         self._on_failover = on_failover
+        self._using = servers.current
+        self.moved = asyncio.Event()  # set (and replaced) when the client changes servers
 
     async def call(
         self,
@@ -66,7 +69,7 @@ class Transport:
         """`method path` on the current server, then on the others while they fail."""
         tried: set[int] = set()
         while True:
-            server = self.servers.choose(self._clock.monotonic())
+            server = self.choose()
             if id(server) in tried:
                 raise Unavailable(f"{method} {path}: no server answered")
             tried.add(id(server))
@@ -104,7 +107,7 @@ class Transport:
         Each read waits at most `read_timeout`, a line is at most `max_line` bytes; a server
         that fails is left as for a call, and `Unavailable` raised, for the caller to open the
         stream again."""
-        server = self.servers.choose(self._clock.monotonic())
+        server = self.choose()
         try:
             async with self._session.get(
                 server.url + path,
@@ -121,12 +124,24 @@ class Transport:
             self.failed(server, reason)
             raise Unavailable(f"GET {path}: {server.url} {reason}") from exc
 
+    def choose(self) -> Server:
+        """The server to use now (the first again, once it may be: see `ServerList`)."""
+        return self._use(self.servers.choose(self._clock.monotonic()))
+
     def failed(self, server: Server, reason: str) -> bool:
         """Mark `server` failed; whether the client went over to another."""
         successor = self.servers.failed(server, self._clock.monotonic())
         if successor is not None:
             self._on_failover(server, successor, reason)
+            self._use(successor)
         return successor is not None
+
+    def _use(self, server: Server) -> Server:
+        if server is not self._using:
+            self._using = server
+            self.moved.set()
+            self.moved = asyncio.Event()
+        return server
 
     def _timeout(self, read_timeout: float | None, *, total: bool) -> aiohttp.ClientTimeout:
         read = read_timeout if read_timeout is not None else self.read_timeout

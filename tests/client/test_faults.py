@@ -108,4 +108,8 @@ async def test_the_first_server_is_taken_back_once_it_returns(start_node, sessio
         await eventually(lambda: client.server, lambda url: url == a.eureka, timeout=15)
         # The first server did not know the instance: a heartbeat's 404 registered it there.
         await eventually(lambda: status_of(session, a.eureka + own), lambda s: s == 200)
-        await eventually(lambda: client.sync_mode, lambda mode: mode == "watch")
+        # The copy follows the first server again (the two are not peers).
+        body = {"instance": instance_doc("BILLING", "only-on-a")}
+        assert 204 == await post(session, a.eureka + "apps/BILLING", body)
+        await client.wait_for("billing", timeout=10)
+        assert "watch" == client.sync_mode
