@@ -50,9 +50,10 @@ class Instance:
     @property
     def url(self) -> str:
         """Where to call it: https on its secure port when that is enabled, else http."""
+        host = f"[{self.ip_addr}]" if ":" in self.ip_addr else self.ip_addr  # IPv6
         if self.secure_port is not None:
-            return f"https://{self.ip_addr}:{self.secure_port}/"
-        return f"http://{self.ip_addr}:{self.port if self.port is not None else 80}/"
+            return f"https://{host}:{self.secure_port}/"
+        return f"http://{host}:{self.port if self.port is not None else 80}/"
 
     @classmethod
     def from_wire(cls, item: Mapping[str, Any]) -> Instance:
@@ -64,7 +65,7 @@ class Instance:
             instance_id=str(item.get("instanceId") or host),
             host_name=host,
             ip_addr=str(item.get("ipAddr") or host),
-            status=_status(item.get("status")),
+            status=_status(item.get("status", "UP")),  # Eureka's default
             overridden_status=_status(
                 item.get("overriddenStatus", item.get("overriddenstatus", "UNKNOWN"))
             ),

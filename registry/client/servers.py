@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
-from urllib.parse import quote, unquote, urlsplit, urlunsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 from registry.codec.wire import basic_authorization
 
@@ -52,7 +52,7 @@ def parse_servers(urls: str) -> list[Server]:
         if parts.port is not None:
             netloc += f":{parts.port}"
         path = parts.path if parts.path.endswith("/") else parts.path + "/"
-        url = urlunsplit((parts.scheme, netloc, quote(path), "", ""))
+        url = urlunsplit((parts.scheme, netloc, path, "", ""))  # the path as given, encoded
         servers.append(Server(url, authorization))
     if not servers:
         raise ValueError("no server URL given")
@@ -113,4 +113,3 @@ class ServerList:
     def _order_after(self, index: int) -> list[int]:
         count = len(self.servers)
         return [(index + step) % count for step in range(1, count)]
-

@@ -1,8 +1,9 @@
 """Server-Sent Events read off a response body, as the HTML standard's parser reads them.
 
-Only what the registry's watch stream uses is kept: `id`, `event` and `data` fields (data lines
-joined by newlines), comments skipped, an event dispatched at its blank line. `retry` is read by
-the caller's own backoff, not here.
+Only what the registry's watch stream uses is kept: lines ending in LF or CRLF (not a lone CR,
+and no byte-order mark: our server writes neither), `id`, `event` and `data` fields (data lines
+joined by newlines), comments skipped, an event dispatched at its blank line. `retry` is left
+to the caller's own pause before it opens the stream again.
 """
 
 from __future__ import annotations
