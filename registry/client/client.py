@@ -108,7 +108,7 @@ class DiscoveryClient:
         self._copy = LocalCopy()
         self._turns: dict[tuple[str, bool], itertools.count[int]] = {}
         self._subscribers: weakref.WeakSet[Changes] = weakref.WeakSet()
-        self._changed = asyncio.Event()
+        self._changed: asyncio.Event | None = None  # made while someone waits for a change
         self._loops = Loops(self._clock)
         self._session: aiohttp.ClientSession | None = None
         self._registration: Registration | None = None
@@ -154,6 +154,8 @@ class DiscoveryClient:
                     f"{len(found)} UP instance(s) of {app_or_vip!r} after {timeout} s, "
                     f"waited for {count}"
                 )
+            if self._changed is None:
+                self._changed = asyncio.Event()
             await wait_set(self._clock, self._changed, remaining)
         return found
 
@@ -247,12 +249,12 @@ class DiscoveryClient:
             await self._session.close()
 
     def _publish(self, changes: list[Change]) -> None:
-        if not changes:
-            return
-        for stream in self._subscribers:
-            stream.offer(changes)
-        self._changed.set()
-        self._changed = asyncio.Event()
+        if changes and self._subscribers:
+            for stream in self._subscribers:
+                stream.offer(changes)
+        if changes and self._changed is not None:
+            self._changed.set()
+            self._changed = None
 
     def _failed_over(self, left: Server, to: Server, reason: str) -> None:
         self.stats.failovers += 1

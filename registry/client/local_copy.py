@@ -31,6 +31,7 @@ class LocalCopy:
         self._apps: dict[str, dict[str, Instance]] = {}
         self._vips: dict[str, dict[tuple[str, str], Instance]] = {}
         self._statuses: Counter[InstanceStatus] = Counter()
+        self._hash: str | None = None  # of the counts, made when asked after they change
         self._views: dict[tuple[str, bool], tuple[Instance, ...]] = {}
 
     def __len__(self) -> int:
@@ -45,7 +46,9 @@ class LocalCopy:
 
     def reconcile_hash(self) -> str:
         """`apps__hashcode` of the copy, to compare with the server's."""
-        return hash_of_counts(self._statuses)
+        if self._hash is None:
+            self._hash = hash_of_counts(self._statuses)
+        return self._hash
 
     def instances(self, name: str, *, up_only: bool = True) -> tuple[Instance, ...]:
         """The instances of application `name`, or else of VIP address `name` (either case),
@@ -104,6 +107,7 @@ class LocalCopy:
             self._forget(old)
         app[instance.instance_id] = instance
         self._statuses[instance.status] += 1
+        self._hash = None
         for vip in instance.vips:
             self._vips.setdefault(vip, {})[(instance.app, instance.instance_id)] = instance
         self._drop_views(instance, old)
@@ -120,6 +124,7 @@ class LocalCopy:
     def _forget(self, old: Instance) -> None:
         """Take `old` out of the counts and the VIP index (not out of its application)."""
         self._statuses[old.status] -= 1
+        self._hash = None
         if not self._statuses[old.status]:
             del self._statuses[old.status]
         for vip in old.vips:

@@ -47,6 +47,7 @@ KEEPALIVE_GRACE = 45.0  # a watch stream silent this long is dead (the server be
 MAX_EVENT_BYTES = 1 << 21  # an instance's event may be as large as a register body (1 MiB)
 MAX_PAUSE = 30.0  # seconds between tries at most, after failures or a server's Retry-After
 STREAM_PAUSE = 1.0  # before opening again a stream the server ended
+_ACTIONS = {action.value: action for action in Action}
 MOVE_CHECK = 5.0  # how often a watching client looks whether it should use another server
 
 
@@ -181,7 +182,7 @@ class Fetcher:
         # Where to go on from, as an EventSource gives it back: `index@epoch`.
         headers = {"Accept": "text/event-stream", "Last-Event-ID": f"{self._index}@{self._epoch}"}
         async with self._transport.stream(
-            "watch", headers=headers, read_timeout=KEEPALIVE_GRACE, max_line=MAX_EVENT_BYTES
+            "watch", headers=headers, read_timeout=KEEPALIVE_GRACE
         ) as response:
             if response.status in (404, 405, 501) or (
                 response.status == 403 and _error_code(await response.read()) == "not_served"
@@ -220,16 +221,17 @@ class Fetcher:
         return True
 
     async def _apply_events(self, response: aiohttp.ClientResponse) -> None:
-        async for event in sse.events(response.content):
+        async for event in sse.events(response.content, max_line=MAX_EVENT_BYTES):
             self._on_event(event)
 
     def _on_event(self, event: sse.Event) -> None:
         if event.name == "reset":
             raise Resync(f"the watch stream was reset: {event.data}")
-        if event.name not in Action.__members__:
+        action = _ACTIONS.get(event.name)
+        if action is None:
             return  # `watching`, or an event of a later release
         data = orjson.loads(event.data)
-        change = self._copy.apply(Action(event.name), Instance.from_wire(data["instance"]))
+        change = self._copy.apply(action, Instance.from_wire(data["instance"]))
         self._index = int(data["index"])
         self._stats.events += 1
         if change is not None:

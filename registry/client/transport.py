@@ -101,12 +101,10 @@ class Transport:
         params: Mapping[str, str] | None = None,
         headers: Mapping[str, str] | None = None,
         read_timeout: float,
-        max_line: int = 1 << 16,
     ) -> AsyncIterator[aiohttp.ClientResponse]:
         """A GET whose body is read as it comes (a watch stream), on the current server.
-        Each read waits at most `read_timeout`, a line is at most `max_line` bytes; a server
-        that fails is left as for a call, and `Unavailable` raised, for the caller to open the
-        stream again."""
+        Each read waits at most `read_timeout`; a server that fails is left as for a call, and
+        `Unavailable` raised, for the caller to open the stream again."""
         server = self.choose()
         try:
             async with self._session.get(
@@ -114,7 +112,6 @@ class Transport:
                 params=params,
                 headers=_with_auth(server, headers),
                 timeout=self._timeout(read_timeout, total=False),
-                read_bufsize=max_line,
             ) as response:
                 if response.status >= 500:
                     raise Unavailable(f"answered {response.status}")

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from registry.__main__ import loop_name, new_event_loop
+from tests.bench.client_scenario import client_figures, client_rows
 from tests.bench.load import LoadGenerator
 from tests.bench.propagation import propagation
 from tests.bench.scale import scale
@@ -114,6 +115,8 @@ async def run(plan: Plan) -> dict[str, Any]:
         results["store"] = await store(plan)
     if "scale" in plan.scenarios:
         results["scale"] = await scale(plan)
+    if "client" in plan.scenarios:
+        results["client"] = await client_figures(plan)
     return results
 
 
@@ -196,6 +199,8 @@ def table(results: dict[str, Any], *, judged: bool = True) -> str:
         rows.extend(_store_rows(results["store"]))
     if "scale" in results:
         rows.extend(scale_rows(results["scale"], judged=judged))
+    if "client" in results:
+        rows.extend(client_rows(results["client"], judged=judged))
     if "memory" not in results:
         return _render(rows)
     mem = results["memory"]

@@ -25,7 +25,6 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -43,6 +42,7 @@ from registry.journal import DeltaJournal
 from registry.logs import configure
 from registry.preservation import SelfPreservation
 from tests.bench import processes, workloads
+from tests.bench.gc_pauses import collections
 from tests.bench.scenarios import Plan, _percentile
 from tests.registry.test_core import make
 
@@ -365,7 +365,7 @@ async def _sweep_watched(leases: int, max_fraction: float) -> dict[str, Any]:
     done = asyncio.Event()
     monitor = asyncio.create_task(_monitor(gaps, done))
     await asyncio.sleep(0.01)  # the monitor is running
-    with _collections() as pauses:
+    with collections() as pauses:
         started = time.perf_counter()
         evicted = await evictor.sweep()
         seconds = time.perf_counter() - started
@@ -397,23 +397,3 @@ async def _monitor(gaps: list[float], done: asyncio.Event) -> None:
         started = time.perf_counter()
         await asyncio.sleep(MONITOR_SLEEP)
         gaps.append(max(0.0, time.perf_counter() - started - MONITOR_SLEEP))
-
-
-@contextlib.contextmanager
-def _collections() -> Iterator[list[tuple[int, float]]]:
-    """The garbage collections that run inside the block: (generation, milliseconds) each."""
-    pauses: list[tuple[int, float]] = []
-    started = 0.0
-
-    def callback(phase: str, info: dict[str, int]) -> None:
-        nonlocal started
-        if phase == "start":
-            started = time.perf_counter()
-        else:
-            pauses.append((info["generation"], 1000 * (time.perf_counter() - started)))
-
-    gc.callbacks.append(callback)
-    try:
-        yield pauses
-    finally:
-        gc.callbacks.remove(callback)

@@ -27,6 +27,7 @@ SCENARIOS = (
     "propagation",
     "store",
     "scale",
+    "client",
 )
 # The delta scenario's window, in seconds (Eureka's is 180).
 DELTA_WINDOW = 3

@@ -6,6 +6,7 @@ import asyncio
 from unittest import mock
 
 import aiohttp
+import pytest
 
 from registry.client.sse import Event, events
 
@@ -111,3 +112,19 @@ class TestDispatch:
     async def test_empty_stream_gives_nothing(self):
         """A stream that ends at once gives no event."""
         assert [] == await _read()
+
+
+class TestLineLength:
+    async def test_a_line_over_the_limit_is_refused(self):
+        """A line longer than `max_line` is an error, not a buffer that grows for ever."""
+        stream = _stream()
+        stream.feed_data(b"data: " + b"x" * 100)
+        stream.feed_eof()
+        with pytest.raises(ValueError, match="longer than 64 bytes"):
+            [event async for event in events(stream, max_line=64)]
+
+    async def test_a_long_line_within_the_limit_arrives_in_pieces(self):
+        """An event split over many chunks is put together whole."""
+        body = b"data: " + b"y" * 10_000 + b"\n\n"
+        chunks = [body[i : i + 100] for i in range(0, len(body), 100)]
+        assert [10_000] == [len(e.data) for e in await _read(*chunks)]
