@@ -119,7 +119,11 @@ DELTA = _op(
     "Recent changes; with index, the changes after it, held with wait (long-poll)",
     {"200": _EUREKA_DOC, "400": BAD, "403": NOT_SYNCED, "410": EXPIRED},
     parameters=[
-        _query("index", "give the changes after this registry index"),
+        _query(
+            "index",
+            "give the changes after this registry index (the answer says it in "
+            "X-Registry-Since; ignored, with wait, when the server's long_poll is off)",
+        ),
         _query("epoch", "the epoch the index belongs to (X-Registry-Epoch)"),
         _query("wait", "hold until a change, at most this long: 500ms, 30s, 2m"),
     ],
@@ -175,9 +179,13 @@ OVERRIDE_HISTORY = _op(
 WATCH = _op(
     "Changes as Server-Sent Events (ADDED, MODIFIED, DELETED, reset)",
     {
-        "200": {"description": "An event stream.", "content": {"text/event-stream": {}}},
+        "200": {
+            "description": "An event stream; each change's data carries the instance and the "
+            "registry's apps__hashcode after it (hashcode).",
+            "content": {"text/event-stream": {}},
+        },
         "400": BAD,
-        "403": NOT_SYNCED,
+        "403": _error("Reads are not served yet, or the stream is turned off (watch = false)."),
     },
     parameters=[
         _param("header", "Last-Event-ID", "resume after index@epoch", required=False),

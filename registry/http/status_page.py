@@ -19,7 +19,7 @@ from typing import Any
 
 from aiohttp import web
 
-from registry.appkeys import CLOCK, LIFECYCLE, REGISTRY
+from registry.appkeys import CLOCK, LIFECYCLE, REGISTRY, SETTINGS
 from registry.http import auth, server_info
 from registry.http.error_handling import no_such_endpoint
 from registry.model import InstanceStatus, Lease
@@ -62,6 +62,7 @@ async def page(request: web.Request) -> web.Response:
     fields = {
         "index": registry.index,  # what the page shows, at least: the script watches from here
         "epoch": escape(registry.epoch),
+        "watch": "true" if request.app[SETTINGS].watch else "false",
         "viewer": _viewer(request),
         "summary": _summary(request.app, now_ms),
         "status_options": _STATUS_OPTIONS,

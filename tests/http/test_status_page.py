@@ -13,7 +13,7 @@ from aiohttp.test_utils import TestClient
 from blockbuster import BlockBuster
 from playwright.async_api import Browser, async_playwright, expect
 
-from registry import Settings, create_app
+from registry import FakeClock, Settings, create_app
 from registry.appkeys import REGISTRY
 from registry.model import InstanceStatus
 from registry.overrides import Note
@@ -104,6 +104,15 @@ class TestPage:
         html = await page_of(client)
         assert TAKE_OUT in html
         assert "no credentials configured (loopback only)" in html
+
+
+class TestWatchSetting:
+    @pytest.mark.parametrize("watch", [True, False])
+    async def test_the_page_knows_whether_it_can_watch(self, aiohttp_client, watch):
+        """With the stream off, the script says why the page is not live instead of
+        opening a stream the server refuses (and asking for a reload that cannot help)."""
+        client = await aiohttp_client(create_app(Settings(watch=watch), clock=FakeClock()))
+        assert f'data-watch="{str(watch).lower()}"' in await page_of(client)
 
 
 class TestWithCredentials:

@@ -98,6 +98,10 @@ function setLive(state, text) {
 // EventSource reconnects by itself and resumes after the last event it got.
 function watch() {
   const { index, epoch } = document.body.dataset;
+  if (document.body.dataset.watch === "false") {
+    setLive("off", "not live: this server's watch stream is off (watch = false)");
+    return;
+  }
   const source = new EventSource(
     `/eureka/watch?index=${index}&epoch=${encodeURIComponent(epoch)}`);
   source.addEventListener("open", () => setLive("on", "live"));
