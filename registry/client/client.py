@@ -27,7 +27,7 @@ from registry.client.model import Change, Instance
 from registry.client.registration import OwnInstance, Registration, local_address
 from registry.client.servers import Server, ServerList, parse_servers
 from registry.client.sync import Counters, Fetcher
-from registry.client.transport import Transport
+from registry.client.transport import Transport, Unavailable
 from registry.clock import Clock, SystemClock
 from registry.tasks import Loops, wait_set
 from rules import InstanceStatus
@@ -113,6 +113,7 @@ class DiscoveryClient:
         self._session: aiohttp.ClientSession | None = None
         self._registration: Registration | None = None
         self._fetcher: Fetcher | None = None
+        self._closing: asyncio.Future[None] | None = None
 
     # -- lookups: no IO, answered from the copy --------------------------------------------
 
@@ -140,6 +141,8 @@ class DiscoveryClient:
         that it made."""
         stream = Changes(self, app_or_vip)
         self._subscribers.add(stream)
+        if self._closing is not None:
+            stream.close()  # nothing will come: it ends at once
         return stream
 
     async def wait_for(
@@ -217,7 +220,9 @@ class DiscoveryClient:
             if self._detect_ip:
                 first = urlsplit(self._servers.servers[0].url)
                 default = 443 if first.scheme == "https" else 80
-                self._own.ip_addr = await local_address(first.hostname or "", first.port or default)
+                self._own.ip_addr = await local_address(
+                    first.hostname or "", first.port or default, timeout=self._timeouts[0]
+                )
             self._registration = Registration(transport, self._clock, self.stats, self._own)
             self._loops.start(self._registration.run, name="registry_client_lease")
         self._loops.start(fetcher.run, name="registry_client_fetch")
@@ -232,17 +237,25 @@ class DiscoveryClient:
         await self.aclose()
 
     async def aclose(self) -> None:
-        """Stop the loops, cancel the instance's lease, end every `changes` iterator.
-        The cancel is shielded: a second cancellation of the caller leaves it running."""
-        await asyncio.shield(self._close())
+        """Stop the loops, cancel the instance's lease, end every `changes` iterator; within
+        `connect_timeout + read_timeout` as a whole. The close is shielded from the caller's
+        cancellation (a service's shutdown is one) and waited for even then."""
+        if self._closing is None:
+            self._closing = asyncio.ensure_future(self._close())
+        try:
+            await asyncio.shield(self._closing)
+        except asyncio.CancelledError:
+            await asyncio.wait((self._closing,))  # a third cancellation gives up on it
+            raise
 
     async def _close(self) -> None:
         await self._loops.stop()
         if self._registration is not None:
             try:
-                await self._registration.cancel()
-            except Exception as exc:  # gone with the process anyway: its lease runs out
-                log.warning("instance_cancel_failed", error=str(exc))
+                async with asyncio.timeout(sum(self._timeouts)):
+                    await self._registration.cancel()
+            except (Unavailable, TimeoutError) as exc:  # its lease runs out on its own
+                log.warning("instance_cancel_failed", error=str(exc) or "timed out")
         for stream in list(self._subscribers):
             stream.close()
         if self._session is not None:

@@ -102,18 +102,21 @@ class OwnInstance:
         return {"instance": instance}
 
 
-async def local_address(server_host: str, server_port: int) -> str:
+async def local_address(server_host: str, server_port: int, *, timeout: float) -> str:
     """The address this host reaches the server from: a UDP socket connected towards it (which
-    sends nothing) is given the source address the routing table picks."""
+    sends nothing) is given the source address the routing table picks. Loopback, said in a
+    warning, when the server's name does not resolve within `timeout`."""
     loop = asyncio.get_running_loop()
     try:
-        infos = await loop.getaddrinfo(server_host, server_port, type=socket.SOCK_DGRAM)
+        lookup = loop.getaddrinfo(server_host, server_port, type=socket.SOCK_DGRAM)
+        infos = await asyncio.wait_for(lookup, timeout)
         family, _, _, _, address = infos[0]
         with socket.socket(family, socket.SOCK_DGRAM) as probe:
             probe.setblocking(False)  # a datagram socket's connect never waits: say so
             probe.connect(address)
             return str(probe.getsockname()[0])
-    except OSError:
+    except (OSError, TimeoutError) as exc:
+        log.warning("instance_address_unknown", server=server_host, error=str(exc) or "timed out")
         return "127.0.0.1"
 
 
@@ -163,16 +166,18 @@ class Registration:
                 raise
 
     async def cancel(self) -> None:
-        """Take the instance out of the registry."""
-        async with self._lock:
-            reply = await self._transport.call("DELETE", self.own.path)
-            self._registered = False
-            log.info(
-                "instance_cancelled",
-                app=self.own.app,
-                instance_id=self.own.instance_id,
-                status=reply.status,
-            )
+        """Take the instance out of the registry, if it was ever in it. The loop has stopped:
+        this does not queue behind a status change still waiting for its answer."""
+        if not self._stats.registrations:
+            return  # nothing to take out; a DELETE could take out a successor's lease
+        reply = await self._transport.call("DELETE", self.own.path)
+        self._registered = False
+        log.info(
+            "instance_cancelled",
+            app=self.own.app,
+            instance_id=self.own.instance_id,
+            status=reply.status,
+        )
 
     async def _register(self) -> None:
         if not self.own.last_dirty_ms:

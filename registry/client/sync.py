@@ -37,7 +37,7 @@ from registry.client.model import Action, Change, Instance
 from registry.client.servers import Server
 from registry.client.transport import Reply, Transport, Unavailable
 from registry.clock import Clock
-from registry.tasks import Pacer, cancel_and_wait
+from registry.tasks import Pacer
 
 log = structlog.get_logger()
 
@@ -48,6 +48,7 @@ MAX_EVENT_BYTES = 1 << 21  # an instance's event may be as large as a register b
 MAX_PAUSE = 30.0  # seconds between tries at most, after failures or a server's Retry-After
 STREAM_PAUSE = 1.0  # before opening again a stream the server ended
 _ACTIONS = {action.value: action for action in Action}
+BAD_STREAMS = 3  # streams ending before their first event, in a row, before watching stops
 MOVE_CHECK = 5.0  # how often a watching client looks whether it should use another server
 
 
@@ -57,7 +58,7 @@ class Counters:
 
     registrations: int = 0
     heartbeats: int = 0
-    heartbeat_failures: int = 0
+    heartbeat_failures: int = 0  # heartbeats and registrations no server took
     fetches: int = 0  # every answer read: full, delta, long-poll, watch stream opened
     full_fetches: int = 0
     events: int = 0  # watch events applied
@@ -90,6 +91,9 @@ class Fetcher:
         self._epoch = ""
         self._synced_with: Server | None = None
         self._rng = random.Random()
+        self._unsettled = 0  # resyncs in a row, with no change applied since
+        self._began = False  # whether the open stream has sent an event yet
+        self._bad_streams = 0  # streams in a row that ended before their first event
         self.first_fetch = asyncio.Event()  # set when the first full fetch has been tried
 
     @property
@@ -112,11 +116,17 @@ class Fetcher:
                 await self._step()
                 failures = 0
             except Resync as exc:
+                # A copy that cannot be trusted is fetched again at once; one that keeps
+                # failing to be (a proxy spreading calls over nodes of other epochs) waits.
                 self._stats.resyncs += 1
                 self._synced_with = None
-                log.info("registry_resync", reason=str(exc), instances=len(self._copy))
-            except (Unavailable, ValueError, KeyError, TypeError) as exc:
-                self._synced_with = None
+                self._unsettled += 1
+                pause = self._pause(self._unsettled - 1) if self._unsettled > 1 else 0.0
+                log.info("registry_resync", reason=str(exc), retry_in=round(pause, 2))
+                await self._clock.sleep(pause)
+            except Unavailable as exc:
+                # The position is kept: the same server is asked to go on from it (its
+                # `reset` or 410 says when it cannot); another server's full fetch replaces it.
                 self.first_fetch.set()
                 failures += 1
                 pause = self._pause(failures)
@@ -136,26 +146,36 @@ class Fetcher:
             if self._copy.empty:  # as the Java client: an empty copy is fetched in full
                 await self._full_fetch()
             else:
-                await self._delta()
+                await self._delta(server)
 
     async def _full_fetch(self) -> None:
-        reply = await self._transport.call("GET", "apps/", headers=JSON)
+        # The download is bounded per read, not as a whole: 100 000 instances take a while.
+        reply = await self._transport.call("GET", "apps/", headers=JSON, whole=False)
         await self._check(reply)
-        document = orjson.loads(reply.body)["applications"]
-        changes: list[Change] = []
-        pacer = Pacer()  # the application's loop gets a turn every millisecond of this
-        for _ in self._copy.replace(_instances(document), changes):
-            await pacer.pace()
+        try:
+            document = orjson.loads(reply.body)["applications"]
+            changes: list[Change] = []
+            pacer = Pacer()  # the application's loop gets a turn every millisecond of this
+            for _ in self._copy.replace(_instances(document), changes):
+                await pacer.pace()
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            # Not a registry (a proxy's page, a broken server): another may be one.
+            self._transport.failed(reply.server, "answered a document that is no registry")
+            raise Unavailable(f"{reply.server.url} apps/: {type(exc).__name__}: {exc}") from exc
         self._stats.full_fetches += 1
         self._index, self._epoch = _position(reply)
         self._synced_with = reply.server
         self.first_fetch.set()
         self._publish(changes)
 
-    async def _delta(self) -> None:
+    async def _delta(self, server: Server) -> None:
         reply = await self._transport.call("GET", "apps/delta", headers=JSON)
+        if reply.server is not server:
+            return  # the call went over to another server: fetched in full from it next
+        if reply.status == 429:
+            await self._check(reply)
         if reply.status != 200:
-            await self._full_fetch()  # what the Java client does with any answer but 200
+            await self._full_fetch()  # what the Java client does with any other answer
             return
         self._merge(reply)
 
@@ -167,6 +187,8 @@ class Fetcher:
             headers=JSON,
             read_timeout=LONG_POLL_WAIT + self._transport.read_timeout,
         )
+        if reply.server is not server:
+            return  # the call went over to another server: fetched in full from it next
         if reply.status == 410:
             raise Resync("the server no longer keeps the changes after our index")
         if reply.status == 403 and _error_code(reply.body) == "not_served":
@@ -184,8 +206,10 @@ class Fetcher:
         async with self._transport.stream(
             "watch", headers=headers, read_timeout=KEEPALIVE_GRACE
         ) as response:
-            if response.status in (404, 405, 501) or (
-                response.status == 403 and _error_code(await response.read()) == "not_served"
+            if (
+                response.status in (404, 405, 501)
+                or (response.status == 403 and _error_code(await response.read()) == "not_served")
+                or (response.status == 200 and response.content_type != "text/event-stream")
             ):
                 server.watch = False
                 log.info("registry_watch_unsupported", server=server.url, status=response.status)
@@ -195,8 +219,15 @@ class Fetcher:
             if response.status != 200:
                 await self._check(await _read(response, server))
             self._stats.fetches += 1
+            self._began = False
             if not await self._follow(response, server):
                 return  # the client moved to another server: a full fetch from it, at once
+        if not self._began:  # ended before its first event: a stream that is none
+            self._bad_streams += 1
+            if self._bad_streams >= BAD_STREAMS:
+                server.watch = False
+                log.info("registry_watch_unsupported", server=server.url, status=200)
+            raise Unavailable(f"{server.url} watch: the stream ended before its first event")
         await self._clock.sleep(STREAM_PAUSE * self._rng.uniform(0.5, 1.0))
 
     async def _follow(self, response: aiohttp.ClientResponse, server: Server) -> bool:
@@ -216,23 +247,37 @@ class Fetcher:
                 if not reading.done() and self._transport.choose() is not server:
                     return False
         finally:
-            await cancel_and_wait(reading)
-        reading.result()  # what ended the stream: its end, a Resync, a broken connection
+            if not reading.done():
+                reading.cancel()
+                await asyncio.wait((reading,))  # our own cancellation still raises here
+        if not reading.cancelled():
+            reading.result()  # what ended the stream: its end, a Resync, a broken connection
         return True
 
     async def _apply_events(self, response: aiohttp.ClientResponse) -> None:
-        async for event in sse.events(response.content, max_line=MAX_EVENT_BYTES):
-            self._on_event(event)
+        try:
+            async for event in sse.events(response.content, max_line=MAX_EVENT_BYTES):
+                self._on_event(event)
+        except ValueError as exc:  # a line too long, or no UTF-8
+            raise Resync(f"a stream that could not be read: {exc}") from exc
 
     def _on_event(self, event: sse.Event) -> None:
+        self._began = True
+        self._bad_streams = 0
         if event.name == "reset":
             raise Resync(f"the watch stream was reset: {event.data}")
         action = _ACTIONS.get(event.name)
         if action is None:
             return  # `watching`, or an event of a later release
-        data = orjson.loads(event.data)
-        change = self._copy.apply(action, Instance.from_wire(data["instance"]))
-        self._index = int(data["index"])
+        try:
+            data = orjson.loads(event.data)
+            instance = Instance.from_wire(data["instance"])
+            index = int(data["index"])
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise Resync(f"an event that could not be read: {type(exc).__name__}: {exc}") from exc
+        change = self._copy.apply(action, instance)
+        self._index = index
+        self._unsettled = 0
         self._stats.events += 1
         if change is not None:
             self._publish([change])
@@ -246,9 +291,13 @@ class Fetcher:
     def _merge(self, reply: Reply) -> None:
         """Merge a delta with Eureka's rules and compare the hash after."""
         self._stats.fetches += 1
-        document = orjson.loads(reply.body)["applications"]
+        try:
+            document = orjson.loads(reply.body)["applications"]
+            changed = list(_actions(document))
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise Resync(f"a delta that could not be read: {type(exc).__name__}: {exc}") from exc
         changes = []
-        for instance, action in _actions(document):
+        for instance, action in changed:
             change = self._copy.apply(action, instance)
             if change is not None:
                 changes.append(change)
@@ -261,6 +310,7 @@ class Fetcher:
                 f"reconcile hash {self._copy.reconcile_hash()!r} after the delta, "
                 f"the server's {expected!r}"
             )
+        self._unsettled = 0
 
     async def _check(self, reply: Reply) -> None:
         """Return if the answer is a 200; otherwise wait as the server asks (429) or leave

@@ -65,8 +65,11 @@ class Transport:
         json: Any = None,
         headers: Mapping[str, str] | None = None,
         read_timeout: float | None = None,
+        whole: bool = True,
     ) -> Reply:
-        """`method path` on the current server, then on the others while they fail."""
+        """`method path` on the current server, then on the others while they fail. The
+        answer comes within `read_timeout` as a whole, or with `whole=False` (a download
+        that may be long) within `read_timeout` of each read."""
         tried: set[int] = set()
         while True:
             server = self.choose()
@@ -81,10 +84,10 @@ class Transport:
                     params=params,
                     json=json,
                     headers=_with_auth(server, headers),
-                    timeout=self._timeout(read_timeout, total=True),
+                    timeout=self._timeout(read_timeout, total=whole),
                 ) as response:
                     body = await response.read()
-                if response.status < 500:
+                if not _failure(response.status):
                     self.servers.succeeded(server)
                     return Reply(response.status, response.headers, body, server)
                 reason = f"answered {response.status}"
@@ -113,10 +116,12 @@ class Transport:
                 headers=_with_auth(server, headers),
                 timeout=self._timeout(read_timeout, total=False),
             ) as response:
-                if response.status >= 500:
-                    raise Unavailable(f"answered {response.status}")
+                if _failure(response.status):
+                    reason = f"answered {response.status}"
+                    self.failed(server, reason)
+                    raise Unavailable(f"GET {path}: {server.url} {reason}")
                 yield response
-        except (aiohttp.ClientError, TimeoutError, Unavailable) as exc:
+        except (aiohttp.ClientError, TimeoutError) as exc:  # opening it, or reading it
             reason = _describe(exc)
             self.failed(server, reason)
             raise Unavailable(f"GET {path}: {server.url} {reason}") from exc
@@ -147,6 +152,12 @@ class Transport:
             connect=self._connect_timeout,
             sock_read=read,
         )
+
+
+def _failure(status: int) -> bool:
+    """Whether an answer says the server is failing: a 5xx, but for 501 (not implemented),
+    which says what it does not serve."""
+    return status >= 500 and status != 501
 
 
 def _with_auth(server: Server, headers: Mapping[str, str] | None) -> Mapping[str, str] | None:

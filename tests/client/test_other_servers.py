@@ -3,6 +3,8 @@ in process, behind a middleware that makes it answer as such a server would."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import Awaitable, Callable
 
 import aiohttp
@@ -10,7 +12,8 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from registry import Settings, SystemClock, create_app
-from registry.client import DiscoveryClient
+from registry.appkeys import REGISTRY
+from registry.client import DiscoveryClient, InstanceStatus, Unavailable
 from tests.helpers import eventually, instance_doc
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -70,3 +73,135 @@ async def test_a_409_to_a_heartbeat_registers_again_with_a_newer_record(aiohttp_
         assert [str(first)] == conflicts
         assert first < client.instance.last_dirty_ms
         await eventually(lambda: client.stats.heartbeats, lambda n: n >= 1, timeout=5)
+
+
+async def register_on(url: str, app: str, iid: str) -> None:
+    async with aiohttp.ClientSession() as session:
+        body = {"instance": instance_doc(app, iid)}
+        async with session.post(f"{url}apps/{app}", json=body) as response:
+            assert 204 == response.status
+
+
+async def test_a_broken_stream_is_resumed_where_it_stopped(aiohttp_server):
+    """A watch connection cut mid-stream (a proxy's reset) is opened again with the last
+    event's id, on the same server: no full fetch, nothing missed."""
+    streams: list[web.Request] = []
+
+    async def watched(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if request.path.endswith("/watch"):
+            streams.append(request)
+        return await handler(request)
+
+    url = await serve(aiohttp_server, watched)
+    async with DiscoveryClient(url, register=False) as client:
+        await register_on(url, "ORDERS", "o-1")
+        await client.wait_for("orders", timeout=5)
+        assert streams[-1].transport is not None
+        streams[-1].transport.close()  # cut: no end of the chunked body
+        await eventually(lambda: len(streams), lambda n: n == 2, what="the stream again")
+        await register_on(url, "BILLING", "b-1")
+        await client.wait_for("billing", timeout=5)
+        assert 1 == client.stats.full_fetches
+        index, _, epoch = streams[1].headers["Last-Event-ID"].partition("@")
+        assert ("1", streams[0].app[REGISTRY].epoch) == (index, epoch)
+
+
+async def test_a_stream_reset_again_and_again_is_fetched_in_full_ever_more_slowly(aiohttp_server):
+    """A server whose stream is reset every time (a proxy spreading calls over nodes of other
+    runs) gets full fetches with growing pauses between them, not a tight loop."""
+
+    async def resetting(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if not request.path.endswith("/watch"):
+            return await handler(request)
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        await response.write(b'event: reset\ndata: {"error": "index_expired"}\n\n')
+        return response
+
+    url = await serve(aiohttp_server, resetting)
+    async with DiscoveryClient(url, register=False) as client:
+        await eventually(lambda: client.stats.resyncs, lambda n: n >= 3, timeout=5)
+        await asyncio.sleep(1.5)  # the pauses grow: 0, 0.25-0.5, 0.5-1, 1-2 s
+        assert client.stats.full_fetches <= 6
+
+
+async def test_streams_ending_before_their_first_event_fall_back_to_long_polls(aiohttp_server):
+    """Streams that end before their first event, three in a row, leave the watch for the
+    long-poll, which this server serves; they are not reopened for ever."""
+    ended = []
+
+    async def not_streams(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if not request.path.endswith("/watch"):
+            return await handler(request)
+        ended.append(request.path)
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        return response  # ended at once
+
+    url = await serve(aiohttp_server, not_streams)
+    async with DiscoveryClient(url, register=False) as client:
+        await eventually(lambda: client.sync_mode, lambda m: m == "long_poll", timeout=10)
+        assert 3 == len(ended)
+        await register_on(url, "ORDERS", "o-1")
+        await client.wait_for("orders", timeout=5)
+        assert 1 == client.stats.full_fetches
+
+
+async def test_a_page_instead_of_a_stream_falls_back_at_once(aiohttp_server):
+    """A 200 of another content type is no stream: the long-poll is used from then on."""
+
+    async def page(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if request.path.endswith("/watch"):
+            return web.Response(text="<html>sign in</html>", content_type="text/html")
+        return await handler(request)
+
+    url = await serve(aiohttp_server, page)
+    async with DiscoveryClient(url, register=False) as client:
+        await eventually(lambda: client.sync_mode, lambda m: m == "long_poll", timeout=5)
+        assert (0, 1) == (client.stats.failovers, client.stats.full_fetches)
+
+
+async def test_a_throttled_watch_is_no_failover(aiohttp_server):
+    """A 429 is the server asking to wait, not failing: the client stays with it."""
+    refused = []
+
+    async def throttled(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if request.path.endswith("/watch") and not refused:
+            refused.append(request.path)
+            return web.json_response(
+                {"error": "too_many_requests"}, status=429, headers={"Retry-After": "1"}
+            )
+        return await handler(request)
+
+    first = await serve(aiohttp_server, throttled)
+    second = await serve(aiohttp_server, throttled)
+    async with DiscoveryClient(f"{first},{second}", register=False) as client:
+        await eventually(lambda: len(refused), lambda n: n == 1)
+        await register_on(first, "ORDERS", "o-1")
+        await client.wait_for("orders", timeout=5)
+        assert (0, first) == (client.stats.failovers, client.server)
+
+
+async def test_leaving_is_bounded_when_the_server_hangs(aiohttp_server):
+    """With a status change hanging on a server that stopped answering, leaving waits for
+    neither it nor every try on every server: the connect and read timeouts, once."""
+    hang = asyncio.Event()
+
+    async def hanging(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if hang.is_set() and request.method in ("POST", "DELETE"):
+            await asyncio.Event().wait()
+        return await handler(request)
+
+    first = await serve(aiohttp_server, hanging)
+    second = await serve(aiohttp_server, hanging)
+    client = DiscoveryClient(
+        f"{first},{second}", app="orders", port=8080, connect_timeout=0.5, read_timeout=0.5
+    )
+    await client.__aenter__()
+    await eventually(lambda: client.stats.registrations, lambda n: n == 1)
+    hang.set()
+    changing = asyncio.ensure_future(client.set_status(InstanceStatus.DOWN))
+    await asyncio.sleep(0.1)  # the change is waiting for its answer
+    await asyncio.wait_for(client.aclose(), 1.5)  # one second of timeouts
+    with contextlib.suppress(Unavailable):
+        await changing
