@@ -106,7 +106,7 @@ class DiscoveryClient:
         self._start_timeout = start_timeout
         self.stats = Counters()
         self._copy = LocalCopy()
-        self._turns: dict[tuple[str, bool], itertools.count[int]] = {}
+        self._turns: dict[str, itertools.count[int]] = {}  # pick's turns, by name
         self._subscribers: weakref.WeakSet[Changes] = weakref.WeakSet()
         self._changed: asyncio.Event | None = None  # made while someone waits for a change
         self._loops = Loops(self._clock)
@@ -127,7 +127,7 @@ class DiscoveryClient:
         up = self._copy.instances(app_or_vip)
         if not up:
             raise NoInstance(f"no UP instance of {app_or_vip!r} is known")
-        turn = self._turns.setdefault((app_or_vip.upper(), True), itertools.count())
+        turn = self._turns.setdefault(app_or_vip.upper(), itertools.count())
         return up[next(turn) % len(up)]
 
     def applications(self) -> list[str]:

@@ -6,7 +6,8 @@
    `X-Registry-Epoch`, which only our server sends):
    - the SSE stream `watch`, resumed with `Last-Event-ID` after a break: each change applied
      as it comes and checked against the hash its event carries;
-   - where the server does not stream (403 `not_served`, 404), the long-poll delta
+   - where the server does not stream (403 `not_served`, 404, 501, a 200 that is no event
+     stream, or streams that end before their first event), the long-poll delta
      `apps/delta?index=N&wait=30s`, held by the server until something changes;
    - where the server does not long-poll either (its answer lacks `X-Registry-Since`: a stock
      Eureka server ignores the parameters), Eureka's own way: `GET apps/delta` every
@@ -14,8 +15,9 @@
      200, as the Java client does.
    Each delta is merged with Eureka's rules and its `apps__hashcode` compared after.
 
-Whatever goes wrong is logged and tried again after a jittered, growing pause; the copy keeps
-serving lookups meanwhile.
+Whatever goes wrong is logged and tried again after a jittered, growing pause, from where the
+copy stood when the server is the same (a `reset` or a 410 says when it cannot go on from
+there); the copy keeps serving lookups meanwhile.
 """
 
 from __future__ import annotations
@@ -162,6 +164,7 @@ class Fetcher:
             # Not a registry (a proxy's page, a broken server): another may be one.
             self._transport.failed(reply.server, "answered a document that is no registry")
             raise Unavailable(f"{reply.server.url} apps/: {type(exc).__name__}: {exc}") from exc
+        self._stats.fetches += 1
         self._stats.full_fetches += 1
         self._index, self._epoch = _position(reply)
         self._synced_with = reply.server
@@ -277,7 +280,6 @@ class Fetcher:
             raise Resync(f"an event that could not be read: {type(exc).__name__}: {exc}") from exc
         change = self._copy.apply(action, instance)
         self._index = index
-        self._unsettled = 0
         self._stats.events += 1
         if change is not None:
             self._publish([change])
@@ -287,6 +289,7 @@ class Fetcher:
                 f"reconcile hash {self._copy.reconcile_hash()!r} after event {self._index}, "
                 f"the server's {expected!r}"
             )
+        self._unsettled = 0
 
     def _merge(self, reply: Reply) -> None:
         """Merge a delta with Eureka's rules and compare the hash after."""
