@@ -80,6 +80,7 @@ class DiscoveryClient:
         self._servers = ServerList(parse_servers(servers), return_after=return_after)
         self._clock = clock or SystemClock()
         self._own: OwnInstance | None = None
+        self._detect_ip = not ip_addr  # found on entering, from the route to the server
         if register:
             if not app or not port:
                 raise ValueError("app and port name the instance to register (or register=False)")
@@ -87,7 +88,7 @@ class DiscoveryClient:
                 app=app,
                 port=port,
                 host_name=host_name or socket.gethostname(),
-                ip_addr=ip_addr or "0.0.0.0",  # found on entering, from the route to the server
+                ip_addr=ip_addr or "0.0.0.0",
                 instance_id=instance_id,
                 secure_port=secure_port,
                 vip_address=vip_address,
@@ -100,7 +101,6 @@ class DiscoveryClient:
                 renewal_interval=renewal_interval,
                 lease_duration=lease_duration,
             )
-            self._detect_ip = not ip_addr
         self._fetch_interval = fetch_interval
         self._timeouts = (connect_timeout, read_timeout)
         self._start_timeout = start_timeout

@@ -10,6 +10,7 @@ from collections.abc import Awaitable, Callable
 import aiohttp
 from aiohttp import web
 from aiohttp.test_utils import TestServer
+from structlog.testing import capture_logs
 
 from registry import Settings, SystemClock, create_app
 from registry.appkeys import REGISTRY
@@ -119,10 +120,13 @@ async def test_a_stream_reset_again_and_again_is_fetched_in_full_ever_more_slowl
         return response
 
     url = await serve(aiohttp_server, resetting)
-    async with DiscoveryClient(url, register=False) as client:
-        await eventually(lambda: client.stats.resyncs, lambda n: n >= 3, timeout=5)
-        await asyncio.sleep(1.5)  # the pauses grow: 0, 0.25-0.5, 0.5-1, 1-2 s
-        assert client.stats.full_fetches <= 6
+    with capture_logs() as logs:
+        async with DiscoveryClient(url, register=False) as client:
+            await eventually(lambda: client.stats.resyncs, lambda n: n >= 3, timeout=5)
+    pauses = [e["retry_in"] for e in logs if e["event"] == "registry_resync"][:3]
+    assert 0 == pauses[0]  # the first at once: one reset is no sign of a loop
+    assert 0.25 <= pauses[1] <= 0.5  # then growing, jittered: 0.5 s and 1 s, times 0.5-1
+    assert 0.5 <= pauses[2] <= 1.0
 
 
 async def test_streams_ending_before_their_first_event_fall_back_to_long_polls(aiohttp_server):
@@ -187,8 +191,11 @@ async def test_leaving_is_bounded_when_the_server_hangs(aiohttp_server):
     neither it nor every try on every server: the connect and read timeouts, once."""
     hang = asyncio.Event()
 
+    held: list[str] = []
+
     async def hanging(request: web.Request, handler: Handler) -> web.StreamResponse:
         if hang.is_set() and request.method in ("POST", "DELETE"):
+            held.append(request.method)
             await asyncio.Event().wait()
         return await handler(request)
 
@@ -201,7 +208,7 @@ async def test_leaving_is_bounded_when_the_server_hangs(aiohttp_server):
     await eventually(lambda: client.stats.registrations, lambda n: n == 1)
     hang.set()
     changing = asyncio.ensure_future(client.set_status(InstanceStatus.DOWN))
-    await asyncio.sleep(0.1)  # the change is waiting for its answer
+    await eventually(lambda: held, lambda methods: methods == ["POST"], what="a held change")
     await asyncio.wait_for(client.aclose(), 1.5)  # one second of timeouts
     with contextlib.suppress(Unavailable):
         await changing
