@@ -97,7 +97,7 @@ def create_app(
     registry.subscribe(catalog.on_change, catalog.loaded)
     registry.subscribe(cache.invalidate, cache.clear)
     registry.subscribe(preservation.on_change, preservation.loaded)
-    feed = ChangeFeed(registry, clock)
+    feed = ChangeFeed(registry, clock, journal)
     registry.subscribe(feed.on_change, feed.loaded)
     counts = InstanceCounts()
     registry.subscribe(counts.on_change, counts.loaded)

@@ -10,7 +10,12 @@ import asyncio
 import heapq
 import itertools
 import time
+from collections.abc import Callable
 from typing import Protocol
+
+
+class Timer(Protocol):
+    def cancel(self) -> None: ...
 
 
 class Clock(Protocol):
@@ -24,6 +29,11 @@ class Clock(Protocol):
 
     async def sleep(self, seconds: float) -> None: ...
 
+    def call_later(self, seconds: float, callback: Callable[[], object]) -> Timer:
+        """Call `callback` in `seconds` (from the event loop), unless the timer is cancelled:
+        a timeout that costs no task, for what thousands wait on at once (long-polls)."""
+        ...
+
 
 class SystemClock:
     def wall_ms(self) -> int:
@@ -35,6 +45,20 @@ class SystemClock:
     async def sleep(self, seconds: float) -> None:
         await asyncio.sleep(seconds)
 
+    def call_later(self, seconds: float, callback: Callable[[], object]) -> Timer:
+        return asyncio.get_running_loop().call_later(seconds, callback)
+
+
+class _FakeTimer:
+    __slots__ = ("callback", "cancelled")
+
+    def __init__(self, callback: Callable[[], object]) -> None:
+        self.callback = callback
+        self.cancelled = False
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
 
 class FakeClock:
     """A clock that moves only when told to."""
@@ -42,7 +66,7 @@ class FakeClock:
     def __init__(self, start_ms: int = 1_735_689_000_000) -> None:
         self._start_ms = start_ms
         self._elapsed = 0.0
-        self._sleepers: list[tuple[float, int, asyncio.Future[None]]] = []
+        self._sleepers: list[tuple[float, int, asyncio.Future[None] | _FakeTimer]] = []
         self._order = itertools.count()
 
     def wall_ms(self) -> int:
@@ -56,14 +80,23 @@ class FakeClock:
         heapq.heappush(self._sleepers, (self._elapsed + seconds, next(self._order), future))
         await future
 
+    def call_later(self, seconds: float, callback: Callable[[], object]) -> Timer:
+        timer = _FakeTimer(callback)
+        heapq.heappush(self._sleepers, (self._elapsed + seconds, next(self._order), timer))
+        return timer
+
     async def advance(self, seconds: float) -> None:
         """Move time forward, waking each sleeper at its own deadline and letting it run."""
         target = self._elapsed + seconds
         while self._sleepers and self._sleepers[0][0] <= target:
-            deadline, _, future = heapq.heappop(self._sleepers)
+            deadline, _, due = heapq.heappop(self._sleepers)
             self._elapsed = max(self._elapsed, deadline)
-            if not future.done():
-                future.set_result(None)
+            if isinstance(due, _FakeTimer):
+                if not due.cancelled:
+                    due.callback()
+                    await _let_others_run()
+            elif not due.done():
+                due.set_result(None)
                 await _let_others_run()
         self._elapsed = target
         await _let_others_run()

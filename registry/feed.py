@@ -1,37 +1,40 @@
 """The change feed: wakes long-polls and watch streams when the registry changes.
 
-One `asyncio.Event` stands for "the registry changed since you looked": every change sets it
-and puts a fresh one in its place, so any number of waiters cost nothing until a change, and a
-burst of changes (an eviction sweep) wakes each waiter once per loop turn, not once per change.
-Watch streams wait on it alone (one future each); their keepalives come from one feed-wide
-`beat`, not a timer per stream. What changed is read from the delta journal by index; the feed
-keeps each change's watch event encoded once for every stream that sends it.
+Long-polls, and watch streams catching up, each wait on a future of their own, which the next
+change resolves: any number of waiters cost nothing until a change, and a burst of changes (an
+eviction sweep) wakes each waiter once, not once per change. A long-poll's timeout is a timer
+on the clock, not a task; watch streams' keepalives come from one feed-wide `beat`. Watch
+streams that have caught up are written to by the fan-out (`registry.fanout`) instead, without
+waking at all. What changed is read from the delta journal by index; the feed keeps each
+change's watch event encoded once for every stream that sends it.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 import orjson
 
 from registry.clock import Clock
 from registry.codec.json_codec import instance_dict
 from registry.core import Registry
-from registry.journal import Entry
+from registry.fanout import FanOut
+from registry.journal import DeltaJournal, Entry
 from registry.model import ChangeEvent
-from registry.tasks import wait_set
 
 _KEEP_ENCODED = 10_000  # encoded events kept for streams that are behind
 KEEPALIVE = 15.0  # seconds between beats: an idle watch stream sends a comment on each
 
 
 class ChangeFeed:
-    def __init__(self, registry: Registry, clock: Clock) -> None:
+    def __init__(self, registry: Registry, clock: Clock, journal: DeltaJournal) -> None:
         self._registry = registry
         self._clock = clock
-        self._changed = asyncio.Event()
+        self._waiting: set[asyncio.Future[None]] = set()
         self._encoded: dict[int, bytes] = {}
         self._hashes: dict[int, str] = {}  # index: the registry's reconcile hash after it
+        self.fanout = FanOut(journal, self.encoded)
         self.closed = False
         self.beats = 0  # keepalive beats so far
         self.watchers = 0  # open watch streams
@@ -45,6 +48,9 @@ class ChangeFeed:
                 for old in list(self._hashes)[:_KEEP_ENCODED]:
                     del self._hashes[old]
             self._hashes[event.index] = self._registry.reconcile_hash()
+        # The fan-out first: it moves on to this change before any stream that wakes below
+        # catches up to it, so that stream can join the live ones at once.
+        self.fanout.changed()
         self._wake()
 
     def loaded(self, registry: Registry) -> None:
@@ -54,20 +60,34 @@ class ChangeFeed:
     def beat(self) -> None:
         """Wake every stream so that an idle one sends a keepalive."""
         self.beats += 1
+        self.fanout.beat()
         self._wake()
 
     def close(self) -> None:
         """The server is stopping: wake every waiter for good."""
         self.closed = True
-        self._changed.set()
+        self._wake()
+        self.fanout.release_all()
 
     def _wake(self) -> None:
-        self._changed.set()
-        self._changed = asyncio.Event()
+        waiting, self._waiting = self._waiting, set()
+        for waiter in waiting:
+            if not waiter.done():
+                waiter.set_result(None)
 
-    async def next(self) -> None:
-        """Wait for the next change, beat or close."""
-        await self._changed.wait()
+    async def next(self, timeout: float | None = None) -> None:
+        """Wait for the next change, beat or close (or `timeout` seconds)."""
+        if self.closed:
+            return
+        waiter = asyncio.get_running_loop().create_future()
+        self._waiting.add(waiter)
+        timer = None if timeout is None else self._clock.call_later(timeout, _done(waiter))
+        try:
+            await waiter
+        finally:
+            self._waiting.discard(waiter)
+            if timer is not None:
+                timer.cancel()
 
     async def wait_past(self, index: int, timeout: float) -> bool:
         """Wait until the registry index passes `index`, `timeout` seconds have gone by or the
@@ -77,8 +97,13 @@ class ChangeFeed:
             remaining = deadline - self._clock.monotonic()
             if remaining <= 0:
                 break
-            await wait_set(self._clock, self._changed, remaining)
+            await self.next(remaining)
         return self._registry.index > index
+
+    @property
+    def waiting(self) -> int:
+        """Long-polls and streams waiting for the next change now."""
+        return len(self._waiting)
 
     @property
     def index(self) -> int:
@@ -111,6 +136,14 @@ class ChangeFeed:
                 data, event=event.action.value, id=self.event_id(event.index)
             )
         return body
+
+
+def _done(waiter: asyncio.Future[None]) -> Callable[[], None]:
+    def done() -> None:
+        if not waiter.done():
+            waiter.set_result(None)
+
+    return done
 
 
 def sse(data: bytes, *, event: str, id: str | None = None) -> bytes:

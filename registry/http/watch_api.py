@@ -77,7 +77,7 @@ async def watch(request: web.Request) -> web.StreamResponse:
             f"retry: {RETRY_MS}\n".encode()
             + sse(hello, event="watching", id=feed.event_id(position))
         )
-        await _stream(response, feed, journal, position)
+        await _stream(request, response, feed, journal, position)
     except ConnectionError:
         pass  # the client went away
     finally:
@@ -86,9 +86,15 @@ async def watch(request: web.Request) -> web.StreamResponse:
 
 
 async def _stream(
-    response: web.StreamResponse, feed: ChangeFeed, journal: DeltaJournal, position: int
+    request: web.Request,
+    response: web.StreamResponse,
+    feed: ChangeFeed,
+    journal: DeltaJournal,
+    position: int,
 ) -> None:
-    """Send every change after `position` as it happens, until the server stops."""
+    """Send every change after `position` as it happens, until the server stops: caught up,
+    the stream is the fan-out's to write to; behind, it catches up here."""
+    chunked = response.headers.get(hdrs.TRANSFER_ENCODING) == "chunked"
     while not feed.closed:
         events = journal.after(position)
         if events is None:
@@ -103,11 +109,15 @@ async def _stream(
                 await response.write(b"".join(feed.encoded(event) for event in chunk))
                 await pacer.pace()
             position = events[-1].index
-        else:
-            beats = feed.beats
-            await feed.next()
-            if feed.beats != beats and feed.index <= position and not feed.closed:
-                await response.write(b": keepalive\n\n")
+            continue
+        sent = await feed.fanout.park(request.transport, chunked, position, feed.index)
+        if sent is not None:
+            position = sent
+            continue
+        beats = feed.beats
+        await feed.next()
+        if feed.beats != beats and feed.index <= position and not feed.closed:
+            await response.write(b": keepalive\n\n")
 
 
 def _reset(feed: ChangeFeed, detail: str) -> bytes:

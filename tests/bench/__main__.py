@@ -32,6 +32,8 @@ TARGETS = {  # figure: (minimum ratio to the ceiling, or maximum bytes)
     "full_fetch": 0.90,
     "bytes_per_instance": 1600,
 }
+# Register to visible, p99 in milliseconds, by kind of observer.
+VISIBLE_P99_MS = {"watch": 20, "long_poll": 30}
 # A crashed instance goes within its lease plus one eviction interval, plus this for delivery.
 EVICTION_SLACK = 1.0
 
@@ -293,6 +295,13 @@ def _propagation_rows(
     ):
         seen = visible[kind]
         missed = f", {seen['missed']} missed" if seen["missed"] else ""
+        target = VISIBLE_P99_MS.get(kind)
+        verdict = ""
+        if target is not None:
+            met = seen["p99_ms"] is not None and seen["p99_ms"] <= target and not seen["missed"]
+            verdict = f"p99 <= {target} ms " + (
+                ("ok" if met else "ABOVE") if judged else "(smoke: not judged)"
+            )
         rows.append(
             (
                 label,
@@ -302,9 +311,21 @@ def _propagation_rows(
                 "",
                 "",
                 f"{seen['p50_ms']} / {seen['p99_ms']}",
-                "",
+                verdict,
             )
         )
+        if kind == "watch":
+            rows.append(
+                (
+                    f"  floor: {seen['observers']} bare writes of {seen['event_bytes']} B",
+                    f"{seen['bare_writes_ms']} ms (median of rounds)",
+                    "",
+                    "",
+                    "",
+                    "",
+                    "",
+                )
+            )
     for key, label in (("uncapped", "eviction stall: {} expired"), ("capped", "  capped at {}")):
         stall = figure["eviction_stall"][key]
         name = stall["leases"] if key == "uncapped" else f"{stall['max_fraction']:.0%}"

@@ -44,6 +44,7 @@ from registry.preservation import SelfPreservation
 from tests.bench import processes, workloads
 from tests.bench.gc_pauses import collections
 from tests.bench.scenarios import Plan, _percentile
+from tests.bench.send_floor import send_floor
 from tests.registry.test_core import make
 
 CRASH_APP = "CRASH"
@@ -198,47 +199,63 @@ async def _deletions(stream: aiohttp.ClientResponse, ids: set[str], seen: dict[s
 async def register_to_visible(sizes: Sizes) -> dict[str, Any]:
     """Milliseconds from a registration's send until each watcher, long-poll and poller has it.
 
-    The observers run in their own process (`tests.bench.watchers`); this one only registers
-    and times. The pollers model stock Eureka clients, which fetch `apps/delta` every 30 s:
-    rather than waiting 30 s per sample, `pollers` of them with phases spread evenly over one
-    interval watch the same registrations, so each registration is seen at a spread of delays
-    from about 0 to the interval, as by a fleet of clients. (Eureka's own server adds its 30 s
-    read-only cache on top, and its clients' load balancers their own cache; neither is here.)
+    Each kind of observer is measured on its own, against a registry of its own: the watch
+    streams, the long-polls, then the pollers. (Together they share this machine's two cores
+    with the registry and each other, and whichever the registry answers first makes the
+    other kind wait.) The observers run in their own process (`tests.bench.watchers`); this
+    one only registers and times. The pollers model stock Eureka clients, which fetch
+    `apps/delta` every 30 s: rather than waiting 30 s per sample, `pollers` of them with phases
+    spread evenly over one interval watch the same registrations, so each registration is
+    seen at a spread of delays from about 0 to the interval, as by a fleet of clients.
+    (Eureka's own server adds its 30 s read-only cache on top, and its clients' load
+    balancers their own cache; neither is here.) Beside the watch streams: the floor under
+    their fan-out, the same number of bare writes of one event's bytes on this machine.
     """
     expected = [workloads.bench_instance(k) for k in range(sizes.registrations)]
-    seconds = OBSERVERS_START_TIMEOUT + sizes.registrations * sizes.gap[1] + 2 * sizes.poll_interval
-    spec = {
-        "expected": [iid for _, iid, _ in expected],
-        "watchers": sizes.watchers,
-        "long_polls": sizes.long_polls,
-        "pollers": sizes.pollers,
-        "poll_interval": sizes.poll_interval,
-        "wait": LONG_POLL_WAIT,
-        "seconds": seconds,  # the observers' own bound
-    }
-    with tempfile.TemporaryDirectory(prefix="bench-observers-") as tmp:
-        out = Path(tmp) / "seen.json"
-        async with processes.registry() as server:
-            spec = {**spec, "url": server.url, "out": str(out)}
-            sent, cpu = await _observed(server, spec, expected, sizes.gap)
-        report = json.loads(out.read_text())
     counts = {"watch": sizes.watchers, "long_poll": sizes.long_polls, "poll": sizes.pollers}
-    figures = {
-        kind: _sightings(report["seen"][kind], sent, observers=count)
-        for kind, count in counts.items()
-    }
+    figures: dict[str, Any] = {}
+    cpu_ms: dict[str, dict[str, float]] = {}
+    for kind, count in counts.items():
+        seconds = OBSERVERS_START_TIMEOUT + sizes.registrations * sizes.gap[1]
+        spec = {
+            "expected": [iid for _, iid, _ in expected],
+            **dict.fromkeys(("watchers", "long_polls", "pollers"), 0),
+            {"watch": "watchers", "long_poll": "long_polls", "poll": "pollers"}[kind]: count,
+            "poll_interval": sizes.poll_interval,
+            "wait": LONG_POLL_WAIT,
+            "seconds": seconds + (2 * sizes.poll_interval if kind == "poll" else 0),
+        }
+        with tempfile.TemporaryDirectory(prefix="bench-observers-") as tmp:
+            out = Path(tmp) / "seen.json"
+            async with processes.registry() as server:
+                spec = {**spec, "url": server.url, "out": str(out)}
+                sent, cpu = await _observed(server, spec, expected, sizes.gap)
+                if kind == "watch":
+                    event_bytes = await _instance_bytes(server, expected[0])
+            report = json.loads(out.read_text())
+        if report["timed_out"] or report["failures"]:
+            raise RuntimeError(
+                f"{kind} observers: {report['timed_out']} timed out, failures {report['failures']}"
+            )
+        figures[kind] = _sightings(report["seen"][kind], sent, observers=count)
+        # CPU per registration while they went out, to tell whose work the delays are
+        cpu_ms[kind] = {
+            name: round(1000 * seconds / sizes.registrations, 1) for name, seconds in cpu.items()
+        }
     figures["poll"]["interval_seconds"] = sizes.poll_interval
     figures["long_poll"]["wait"] = LONG_POLL_WAIT
-    return {
-        **figures,
-        "registrations": sizes.registrations,
-        # CPU per registration while they went out, to tell whose work the delays are
-        "cpu_ms_per_registration": {
-            name: round(1000 * seconds / sizes.registrations, 1) for name, seconds in cpu.items()
-        },
-        "observers_timed_out": report["timed_out"],
-        "observer_failures": report["failures"],
-    }
+    figures["watch"]["bare_writes_ms"] = await send_floor(sizes.watchers, event_bytes)
+    figures["watch"]["event_bytes"] = event_bytes
+    return {**figures, "registrations": sizes.registrations, "cpu_ms_per_registration": cpu_ms}
+
+
+async def _instance_bytes(server: processes.Server, instance: tuple[str, str, str]) -> int:
+    """About the size of one ADDED event: the instance's JSON and the event's few lines."""
+    app, iid, _ = instance
+    async with aiohttp.ClientSession() as session:
+        url = f"{server.url}/eureka/apps/{app}/{iid}"
+        async with session.get(url, headers={"Accept": "application/json"}) as response:
+            return len(await response.read()) + 120
 
 
 async def _observed(
@@ -352,11 +369,12 @@ async def _sweep_watched(leases: int, max_fraction: float) -> dict[str, Any]:
     for k in range(leases):
         registry.register(make(f"i-{k}", app=f"APP{k % STALL_APPS}"), now_ms=long_ago)
     preservation = SelfPreservation(enabled=False)
+    journal = DeltaJournal(retention_ms=180_000)
     for listener in (
-        DeltaJournal(retention_ms=180_000).record,
+        journal.record,
         ResponseCache(max_age=30).invalidate,
         preservation.on_change,
-        ChangeFeed(registry, clock).on_change,
+        ChangeFeed(registry, clock, journal).on_change,
     ):
         registry.subscribe(listener)
     evictor = Evictor(registry, clock, preservation, interval=5, max_fraction=max_fraction)

@@ -11,8 +11,10 @@ import pytest
 from aiohttp import ClientResponse
 
 from registry import Settings
+from registry import fanout as fanout_module
 from registry.appkeys import FEED
 from tests.helpers import JSON, eventually, fetch_json, register, registry_of
+from tests.registry.test_core import T0, make
 
 INDEX = "X-Registry-Index"
 
@@ -67,6 +69,21 @@ class TestLongPoll:
         assert ["i-2"] == [i["instanceId"] for a in doc["application"] for i in a["instance"]]
         assert str(start + 1) == response.headers[INDEX] == doc["versions__delta"]
         assert registry_of(client).reconcile_hash() == doc["apps__hashcode"]
+
+    async def test_polls_that_time_out_leave_nothing_waiting(self, client, clock):
+        """Each poll's wait is a timer, gone with it: thousands of idle clients polling for
+        hours leave nothing behind."""
+        await register(client)
+        start = await index_of(client)
+        for _ in range(3):
+            poll = asyncio.ensure_future(
+                client.get(f"/eureka/apps/delta?index={start}&wait=30s", headers=JSON)
+            )
+            await settle()
+            assert 1 == client.app[FEED].waiting
+            await clock.advance(30)
+            assert 200 == (await asyncio.wait_for(poll, 5)).status
+            assert 0 == client.app[FEED].waiting
 
     async def test_answers_empty_at_the_timeout(self, client, clock):
         await register(client)
@@ -302,6 +319,54 @@ class TestWatchStream:
             assert {("1", "ADDED")} == {(index(e), e["event"]) for e in events}
             for stream in streams:
                 stream.close()
+
+    async def test_caught_up_streams_are_written_by_the_fan_out(self, client):
+        """Streams that have everything are parked: a change is one frame written to each,
+        not a wake-up of every stream's handler."""
+        streams = [await self.open(client) for _ in range(3)]
+        for stream in streams:
+            await next_event(stream)
+        fanout = client.app[FEED].fanout
+        await eventually(lambda: len(fanout) == 3)
+        await register(client)
+        events = [await next_event(stream) for stream in streams]
+        assert (1, {("1", "ADDED")}) == (fanout.frames, {(index(e), e["event"]) for e in events})
+        assert 3 == len(fanout)
+
+    async def test_a_burst_too_large_to_fan_out_still_arrives_whole_and_in_order(self, client):
+        """Changes whose events outgrow a frame (a mass eviction) are sent by each stream's
+        handler, paced; the streams then go back to the fan-out."""
+        streams = [await self.open(client) for _ in range(2)]
+        for stream in streams:
+            await next_event(stream)
+        fanout = client.app[FEED].fanout
+        await eventually(lambda: len(fanout) == 2)
+        registry = registry_of(client)
+        blob = {"blob": "x" * 4096}
+        count = fanout_module.MAX_FRAME // 4096 + 5
+        for k in range(count):  # in one turn of the loop, as a sweep makes them
+            registry.register(make(f"i-{k}", metadata=blob), now_ms=T0)
+        for stream in streams:
+            seen = [index(await next_event(stream)) for _ in range(count)]
+            assert [str(k) for k in range(1, count + 1)] == seen
+        assert 0 == fanout.frames
+        await eventually(lambda: len(fanout) == 2)
+        await register(client, iid="late")
+        assert [str(count + 1)] * 2 == [index(await next_event(s)) for s in streams]
+        assert 1 == fanout.frames
+
+    async def test_an_http_1_0_stream_gets_events_without_chunks(self, client):
+        """HTTP/1.0 has no chunked bodies: the fan-out writes the events as they are."""
+        reader, writer = await asyncio.open_connection(client.host, client.port)
+        writer.write(b"GET /eureka/watch HTTP/1.0\r\n\r\n")
+        head = await asyncio.wait_for(reader.readuntil(b"event: watching\n"), 5)
+        assert head.startswith(b"HTTP/1.0 200") and b"chunked" not in head.lower()
+        await asyncio.wait_for(reader.readuntil(b"\n\n"), 5)
+        await eventually(lambda: len(client.app[FEED].fanout) == 1)
+        await register(client)
+        event = await asyncio.wait_for(reader.readuntil(b"\n\n"), 5)
+        assert event.startswith(b"id: 1@") and b"event: ADDED\n" in event
+        writer.close()
 
     async def test_shutdown_ends_the_streams(self, client):
         stream = await self.open(client)

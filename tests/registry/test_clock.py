@@ -37,3 +37,31 @@ async def test_advance_wakes_each_sleeper_at_its_deadline():
 def test_system_clock_reads_wall_time_in_milliseconds():
     """SystemClock gives epoch milliseconds."""
     assert SystemClock().wall_ms() > 1_700_000_000_000
+
+
+async def test_timers_fire_at_their_deadline_among_the_sleepers_unless_cancelled():
+    clock = FakeClock(start_ms=0)
+    seen: list[tuple[str, int]] = []
+    clock.call_later(3, lambda: seen.append(("timer", clock.wall_ms())))
+    cancelled = clock.call_later(2, lambda: seen.append(("cancelled", clock.wall_ms())))
+
+    async def sleeper() -> None:
+        await clock.sleep(4)
+        seen.append(("sleeper", clock.wall_ms()))
+
+    task = asyncio.create_task(sleeper())
+    await asyncio.sleep(0)
+    cancelled.cancel()
+    await clock.advance(5)
+    await task
+    assert [("timer", 3000), ("sleeper", 4000)] == seen
+
+
+async def test_system_clock_timers_run_on_the_loop():
+    fired = asyncio.Event()
+    SystemClock().call_later(0, fired.set)
+    await asyncio.wait_for(fired.wait(), 5)
+    timer = SystemClock().call_later(0, fired.clear)
+    timer.cancel()
+    await asyncio.sleep(0.01)
+    assert fired.is_set()
