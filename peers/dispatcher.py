@@ -155,9 +155,9 @@ class Dispatcher:
 
     async def _send(self, tasks: list[Task]) -> None:
         now_ms = self._clock.wall_ms()
-        batch: list[tuple[Task, dict[str, Any]]] = []
+        batch: list[tuple[Task, bytes]] = []
         for task in tasks:
-            item = items.encode(task, self._registry, now_ms=now_ms)
+            item = items.encoded(task, self._registry, now_ms=now_ms)
             if item is not None:
                 batch.append((task, item))
         if not batch:
@@ -192,7 +192,7 @@ class Dispatcher:
         self._failures = 0
         self._handle_answers(batch, answers)
 
-    def _handle_answers(self, batch: list[tuple[Task, dict[str, Any]]], answers: list[Any]) -> None:
+    def _handle_answers(self, batch: list[tuple[Task, bytes]], answers: list[Any]) -> None:
         if len(answers) != len(batch):
             log.warning(
                 "replication_answer_mismatch", peer=self.peer.url, sent=len(batch), got=len(answers)

@@ -3,11 +3,19 @@
 A register or heartbeat is encoded from the registry's copy at that moment, so a task that
 waited in the queue still carries the newest data; an instance gone by then is not sent (its
 cancel, or its eviction, which is local to each node, explains why).
+
+Each item is encoded once for all peers: the first peer's dispatcher to send a task keeps the
+JSON bytes on it, and the others send the same bytes, as long as the registry still holds the
+very instance they were made from (any change to an instance replaces it). A heartbeat's item
+sent to the second peer a little later than to the first is no staler than one that waited
+that much longer in the queue.
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+import orjson
 
 from peers.pending import Task
 from registry.codec import json_codec
@@ -17,6 +25,22 @@ from registry.model import InstanceStatus, ReplicationAction
 from registry.overrides import note_fields
 
 _A = ReplicationAction
+
+
+def encoded(task: Task, registry: Registry, *, now_ms: int) -> bytes | None:
+    """`task`'s batch item as JSON, made once for every peer (see above); None when there is
+    nothing left to send."""
+    instance = None
+    if task.action is _A.HEARTBEAT or task.action is _A.REGISTER:
+        instance = registry.instance_or_none(task.app, task.instance_id, now_ms=now_ms)
+        if instance is None:
+            return None
+    if task.item is None or task.item_of is not instance:
+        item = encode(task, registry, now_ms=now_ms)
+        if item is None:
+            return None
+        task.item, task.item_of = orjson.dumps(item), instance
+    return task.item
 
 
 def encode(task: Task, registry: Registry, *, now_ms: int) -> dict[str, Any] | None:

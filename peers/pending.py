@@ -5,6 +5,9 @@ heartbeats. A newer task with the same key (action, app, id) replaces the pendin
 to the back, so a map's order is always the order of the latest occurrences. A cancel drops the
 instance's other pending tasks and a register its heartbeat: the peer would only undo them.
 
+One task is queued for every peer (the same object in each peer's maps), and its batch item,
+once encoded for one peer, is sent to the others as the same bytes (`peers.items`).
+
 Changes are sent before heartbeats. That is safe because a heartbeat (and a register) is
 encoded from the registry when it is sent, never from what was true when it was queued. When
 the maps hold `limit` tasks, the oldest heartbeat is dropped to make room, and only when no
@@ -14,27 +17,54 @@ heartbeat is left the oldest change: heartbeats come again every 30 s, admin dec
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from itertools import islice
 
-from registry.model import InstanceStatus, ReplicationAction
+from registry.model import InstanceInfo, InstanceStatus, ReplicationAction
 
 _A = ReplicationAction
 Key = tuple[ReplicationAction, str, str]
 
 
-@dataclass(slots=True, frozen=True)
 class Task:
-    action: ReplicationAction
-    app: str
-    instance_id: str
-    queued_at: float  # monotonic seconds
-    # What an override call set, kept from the moment it happened (contract 11.2).
-    status: InstanceStatus | None = None
-    last_dirty_ms: int | None = None
+    """One change owed to the peers. A plain class with slots: one is made per heartbeat, and
+    a frozen dataclass's constructor costs twice as much."""
 
-    @property
-    def key(self) -> Key:
-        return (self.action, self.app, self.instance_id)
+    __slots__ = (
+        "action",
+        "app",
+        "instance_id",
+        "item",
+        "item_of",
+        "key",
+        "last_dirty_ms",
+        "queued_at",
+        "status",
+    )
+
+    def __init__(
+        self,
+        action: ReplicationAction,
+        app: str,
+        instance_id: str,
+        queued_at: float,  # monotonic seconds
+        # What an override call set, kept from the moment it happened (contract 11.2).
+        status: InstanceStatus | None = None,
+        last_dirty_ms: int | None = None,
+    ) -> None:
+        self.action = action
+        self.app = app
+        self.instance_id = instance_id
+        self.queued_at = queued_at
+        self.status = status
+        self.last_dirty_ms = last_dirty_ms
+        self.key: Key = (action, app, instance_id)
+        # The batch item as sent to the first peer, and the registry's instance it was
+        # encoded from (None: it reads no instance); see peers.items.
+        self.item: bytes | None = None
+        self.item_of: InstanceInfo | None = None
+
+    def __repr__(self) -> str:
+        return f"Task({self.action.value} {self.app}/{self.instance_id} at {self.queued_at})"
 
 
 class PendingTasks:
@@ -49,23 +79,28 @@ class PendingTasks:
     def add(self, task: Task) -> None:
         """Queue `task`, replacing the pending one with its key; drop the oldest when full."""
         key = task.key
-        if task.action is _A.HEARTBEAT:
-            self._put(self._heartbeats, key, task)
-        else:
-            if task.action is _A.CANCEL:
-                for action in (_A.REGISTER, _A.STATUS_UPDATE, _A.DELETE_STATUS_OVERRIDE):
-                    self._discard(self._changes, (action, task.app, task.instance_id))
-            if task.action in (_A.CANCEL, _A.REGISTER):
-                self._discard(self._heartbeats, (_A.HEARTBEAT, task.app, task.instance_id))
-            self._put(self._changes, key, task)
+        if task.action is _A.HEARTBEAT:  # the hot path: written out
+            heartbeats = self._heartbeats
+            if heartbeats.pop(key, None) is not None:
+                self.coalesced += 1
+            heartbeats[key] = task
+            if len(heartbeats) + len(self._changes) > self.limit:
+                self._trim()
+            return
+        if task.action is _A.CANCEL:
+            for action in (_A.REGISTER, _A.STATUS_UPDATE, _A.DELETE_STATUS_OVERRIDE):
+                self._discard(self._changes, (action, task.app, task.instance_id))
+        if task.action in (_A.CANCEL, _A.REGISTER):
+            self._discard(self._heartbeats, (_A.HEARTBEAT, task.app, task.instance_id))
+        self._put(self._changes, key, task)
         self._trim()
 
     def take(self, count: int) -> list[Task]:
         """Remove and return up to `count` tasks: the oldest changes, then the oldest heartbeats."""
         batch: list[Task] = []
         for tasks in (self._changes, self._heartbeats):
-            while tasks and len(batch) < count:
-                batch.append(tasks.pop(next(iter(tasks))))
+            for key in list(islice(tasks, count - len(batch))):
+                batch.append(tasks.pop(key))
         return batch
 
     def put_back(self, tasks: Iterable[Task]) -> None:

@@ -558,6 +558,12 @@ class Registry:
         """The live lease of one instance; an expired one counts as gone."""
         return self._live_lease(app, instance_id, now_ms)
 
+    def instance_or_none(self, app: str, instance_id: str, *, now_ms: int) -> InstanceInfo | None:
+        """The instance of a live lease, or None: `get` without the exception, for the
+        replication sender, which asks once per item and peer."""
+        lease = self._apps.get(app, {}).get(instance_id)
+        return None if lease is None or lease.is_expired(now_ms) else lease.instance
+
     def find(self, instance_id: str, *, now_ms: int) -> Lease:
         """The live lease with this instance id, in whichever application holds it."""
         for leases in self._apps.values():

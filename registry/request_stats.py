@@ -9,12 +9,8 @@ at scrape time.
 from __future__ import annotations
 
 import bisect
-import functools
-import time
 from collections.abc import Iterator
 
-from aiohttp import web
-from aiohttp.typedefs import Handler
 from prometheus_client.core import HistogramMetricFamily
 
 # Seconds. A heartbeat answers in well under a millisecond; long-polls and watch streams (which
@@ -48,16 +44,3 @@ class RequestStats:
                 buckets.append((bound, cumulative))
             family.add_metric([endpoint, method, str(status)], buckets, total[0])
         yield family
-
-
-def timed(handler: Handler, stats: RequestStats, endpoint: str, method: str) -> Handler:
-    """`handler`, its answers counted under `endpoint` (the route's template) and `method`."""
-
-    @functools.wraps(handler)
-    async def wrapper(request: web.Request) -> web.StreamResponse:
-        started = time.perf_counter()
-        response = await handler(request)
-        stats.observe(endpoint, method, response.status, time.perf_counter() - started)
-        return response
-
-    return wrapper

@@ -21,10 +21,10 @@ from __future__ import annotations
 
 import enum
 import functools
+from collections.abc import Callable
 from urllib.parse import urlsplit
 
 from aiohttp import hdrs, web
-from aiohttp.typedefs import Handler
 
 from registry.appkeys import SETTINGS
 from registry.credentials import Credentials, Role
@@ -54,8 +54,8 @@ _SETTING = {
 }
 
 
-def from_this_site(handler: Handler, settings: Settings) -> Handler:
-    """`handler`, refusing what a browser sends on another site's behalf.
+def from_this_site(settings: Settings) -> Callable[[web.Request], None]:
+    """The check that refuses what a browser sends on another site's behalf.
 
     A page of another site can make a browser POST, PUT or DELETE here, with the Basic
     credentials the browser holds for the status page (CSRF); the browser says so in
@@ -66,8 +66,7 @@ def from_this_site(handler: Handler, settings: Settings) -> Handler:
     """
     loopback_only = not settings.secured and not settings.insecure_public_bind
 
-    @functools.wraps(handler)
-    async def wrapper(request: web.Request) -> web.StreamResponse:
+    def check(request: web.Request) -> None:
         if request.method not in ("GET", "HEAD") and _cross_site(request):
             raise Forbidden(
                 "a browser sent this on behalf of another site's page", reason="cross_site"
@@ -78,9 +77,8 @@ def from_this_site(handler: Handler, settings: Settings) -> Handler:
                 f"(127.0.0.1, localhost), not {request.host!r}",
                 reason="not_loopback",
             )
-        return await handler(request)
 
-    return wrapper
+    return check
 
 
 def _cross_site(request: web.Request) -> bool:
@@ -112,20 +110,20 @@ def principal(request: web.Request) -> str | None:
     return request.get(PRINCIPAL)
 
 
-def guard(handler: Handler, on: Plane, credentials: Credentials) -> Handler:
-    """`handler`, answered only for a request whose credential belongs on plane `on`."""
+def guard(on: Plane, credentials: Credentials) -> Callable[[web.Request], None] | None:
+    """The check that lets through only a request whose credential belongs on plane `on`
+    (None for the open plane: nothing to check)."""
     if on is Plane.OPEN:
-        return handler
+        return None
 
-    @functools.wraps(handler)
-    async def wrapper(request: web.Request) -> web.StreamResponse:
+    def check(request: web.Request) -> None:
         needed = on
         if is_replication(request):
             needed = Plane.PEER  # only a peer may have its call applied as a replication
         roles, user = credentials.check(request.headers.get(hdrs.AUTHORIZATION))
         if roles & needed.value and user is not None:  # a user name comes with any role
             request[ROLES], request[PRINCIPAL] = roles, user
-            return await handler(request)
+            return
         if not credentials.configured & needed.value:
             raise Forbidden(f"this node has no {_SETTING[needed]} configured")
         if roles:
@@ -135,4 +133,4 @@ def guard(handler: Handler, on: Plane, credentials: Credentials) -> Handler:
             challenges.append(f'Bearer realm="{REALM}"')
         raise Unauthorized("credentials missing or not recognised", challenges=challenges)
 
-    return wrapper
+    return check

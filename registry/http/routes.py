@@ -27,10 +27,10 @@ from registry.http import (
     status_page,
     watch_api,
 )
+from registry.http.answering import Check, answering
 from registry.http.auth import Plane, from_this_site, guard
-from registry.http.error_handling import json_errors, method_not_allowed, no_such_endpoint
+from registry.http.error_handling import method_not_allowed, no_such_endpoint
 from registry.http.throttle import limited
-from registry.request_stats import timed
 
 PREFIXES = ("/eureka", "/eureka/v2", "/eureka/v1")
 
@@ -156,19 +156,16 @@ def add_routes(app: web.Application) -> None:
     credentials = app[CREDENTIALS]
 
     def wrap(route: Route, endpoint: str, method: str) -> Handler:
-        """`route`'s handler for `method`, wrapped innermost first in: the fetch rate limit,
-        the plane's guard, the browser checks, errors as JSON (outermost, so that the guards'
-        refusals are answered as every error is), and the request metrics (counted under
-        `endpoint`)."""
-        answered = route.made(app)
+        """`route`'s handler for `method` behind its checks, in order: the browser checks, the
+        plane's guard, the fetch rate limit; errors answered as JSON (the checks' refusals
+        too), and the request counted under `endpoint`."""
+        checks: list[Check] = [from_this_site(settings)]
+        if credentials is not None and (checked := guard(route.plane, credentials)):
+            checks.append(checked)  # no credentials, no guard: it costs nothing
         limiter = app[LIMITER]
         if limiter is not None and route.limited and method in ("GET", "HEAD"):
-            answered = limited(answered, limiter, app[CLOCK])
-        if credentials is not None:  # no credentials, no guard: it costs nothing
-            answered = guard(answered, route.plane, credentials)
-        answered = from_this_site(answered, settings)
-        answered = json_errors(answered, app[REGISTRY])
-        return timed(answered, app[REQUESTS], endpoint, method)
+            checks.append(limited(limiter, app[CLOCK]))
+        return answering(route.made(app), checks, app[REGISTRY], app[REQUESTS], endpoint, method)
 
     for prefix in PREFIXES:
         for path, methods in VERSIONED.items():
@@ -178,7 +175,7 @@ def add_routes(app: web.Application) -> None:
     for path, methods in UNVERSIONED.items():
         _add(app, path, methods, wrap, path)
     # Counted too, so probing shows in /metrics: endpoint "none", and method "*" on a 405.
-    unmatched = timed(json_errors(no_such_endpoint, app[REGISTRY]), app[REQUESTS], "none", "*")
+    unmatched = answering(no_such_endpoint, (), app[REGISTRY], app[REQUESTS], "none", "*")
     app.router.add_route("*", "/{tail:.*}", unmatched)
 
 
@@ -192,9 +189,11 @@ def _add(
     HEAD too) and a JSON 405 for other methods."""
     if "GET" in methods:
         methods = {**methods, "HEAD": methods["GET"]}
-    refused = json_errors(method_not_allowed(list(methods)), app[REGISTRY])
+    refused = answering(
+        method_not_allowed(list(methods)), (), app[REGISTRY], app[REQUESTS], endpoint, "*"
+    )
     for variant in dict.fromkeys((pattern, pattern.rstrip("/") + "/")):  # "/" only once
         resource = app.router.add_resource(variant)
         for method, route in methods.items():
             resource.add_route(method, wrap(route, endpoint, method))
-        resource.add_route("*", timed(refused, app[REQUESTS], endpoint, "*"))
+        resource.add_route("*", refused)

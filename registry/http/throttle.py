@@ -2,16 +2,15 @@
 
 Peers are never throttled: anti-entropy pulls many applications at once, and a refused pull
 leaves a node short of instances for a whole round. A peer's call carries the replication
-header, which the guard (outside this wrapper) lets through only with the peer credential
+header, which the guard (checked before this) lets through only with the peer credential
 when credentials are configured.
 """
 
 from __future__ import annotations
 
-import functools
+from collections.abc import Callable
 
 from aiohttp import web
-from aiohttp.typedefs import Handler
 
 from registry.clock import Clock
 from registry.errors import TooManyRequests
@@ -19,11 +18,12 @@ from registry.http.params import is_replication
 from registry.ratelimit import FetchLimiter, client_key, retry_after
 
 
-def limited(handler: Handler, limiter: FetchLimiter, clock: Clock) -> Handler:
-    @functools.wraps(handler)
-    async def wrapper(request: web.Request) -> web.StreamResponse:
+def limited(limiter: FetchLimiter, clock: Clock) -> Callable[[web.Request], None]:
+    """The check that refuses a client over its fetch rate."""
+
+    def check(request: web.Request) -> None:
         if is_replication(request):
-            return await handler(request)
+            return
         key = client_key(request.remote)
         wait = limiter.wait(key, clock.monotonic())
         if wait:
@@ -32,6 +32,5 @@ def limited(handler: Handler, limiter: FetchLimiter, clock: Clock) -> Handler:
                 f"(bursts of {limiter.burst}); retry after {wait:.1f} s",
                 retry_after=retry_after(wait),
             )
-        return await handler(request)
 
-    return wrapper
+    return check

@@ -1,0 +1,56 @@
+"""Batch items: encoded from the registry when sent, and once for all peers."""
+
+from __future__ import annotations
+
+import orjson
+
+from peers import items
+from peers.pending import Task
+from registry.core import Registry
+from registry.model import InstanceStatus, ReplicationAction
+from tests.registry.test_core import T0, make
+
+A = ReplicationAction
+
+
+def registered() -> Registry:
+    registry = Registry()
+    registry.register(make("i-1"), now_ms=T0)
+    return registry
+
+
+class TestOnceForAllPeers:
+    def test_the_second_peer_gets_the_first_ones_bytes(self):
+        registry, task = registered(), Task(A.HEARTBEAT, "ORDERS", "i-1", 0.0)
+        first = items.encoded(task, registry, now_ms=T0 + 1)
+        registry.renew("ORDERS", "i-1", T0 + 2)  # a heartbeat changes no instance
+        assert first is items.encoded(task, registry, now_ms=T0 + 3)
+        sent = {"appName": "ORDERS", "id": "i-1", "action": "Heartbeat", "status": "UP"}
+        assert sent.items() <= orjson.loads(first or b"").items()
+
+    def test_an_instance_changed_in_between_is_encoded_again(self):
+        """Whatever a peer is sent is what the registry holds when it is sent."""
+        registry, task = registered(), Task(A.REGISTER, "ORDERS", "i-1", 0.0)
+        first = items.encoded(task, registry, now_ms=T0 + 1)
+        registry.register(make("i-1", dirty=T0 + 2, status=InstanceStatus.DOWN), now_ms=T0 + 2)
+        second = orjson.loads(items.encoded(task, registry, now_ms=T0 + 3) or b"")
+        assert (first is not None, "DOWN", "DOWN") == (
+            True,
+            second["status"],
+            second["instanceInfo"]["status"],
+        )
+
+    def test_an_instance_gone_in_between_is_not_sent(self):
+        registry, task = registered(), Task(A.HEARTBEAT, "ORDERS", "i-1", 0.0)
+        assert items.encoded(task, registry, now_ms=T0 + 1) is not None
+        registry.cancel("ORDERS", "i-1", now_ms=T0 + 2)
+        assert items.encoded(task, registry, now_ms=T0 + 3) is None
+
+    def test_an_override_item_is_what_the_call_set(self):
+        registry = registered()
+        task = Task(A.STATUS_UPDATE, "ORDERS", "i-1", 0.0, InstanceStatus.OUT_OF_SERVICE, T0)
+        first = items.encoded(task, registry, now_ms=T0 + 1)
+        assert first is items.encoded(task, registry, now_ms=T0 + 2)
+        assert ("StatusUpdate", "OUT_OF_SERVICE", T0) == tuple(
+            orjson.loads(first or b"")[key] for key in ("action", "status", "lastDirtyTimestamp")
+        )
