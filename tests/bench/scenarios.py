@@ -28,6 +28,7 @@ SCENARIOS = (
     "store",
     "scale",
     "client",
+    "workers",
 )
 # The delta scenario's window, in seconds (Eureka's is 180).
 DELTA_WINDOW = 3
@@ -41,7 +42,7 @@ FETCH_VARIANTS = {  # name: request headers
 # steady load of heartbeats, about STEADY_CONNECTIONS x 1000 / (STEADY_DELAY_MS + latency) a
 # second, while single changes on A are timed until B and C show them.
 PEER_NAMES = ("B", "C")
-STEADY_CONNECTIONS = 4
+STEADY_CONNECTIONS = 10  # about 5 000 heartbeats a second into A
 STEADY_DELAY_MS = 1
 LAG_SAMPLE_SECONDS = 0.06  # the steady load lasts about this long per change to time
 LAG_POLL = 0.002  # seconds between reads of a peer while waiting for a change
