@@ -136,8 +136,11 @@ class FanOut:
                 transport = stream.transport
                 if transport.is_closing() or transport.get_write_buffer_size() > HIGH_WATER:
                     self._release(stream, sent)
-                else:
+                    continue
+                try:
                     transport.write(chunk if stream.chunked else frame)
+                except Exception:  # a transport that fails: its handler finds out, not the rest
+                    self._release(stream, sent)
 
     def _release(self, stream: LiveStream, position: int) -> None:
         del self._streams[stream]

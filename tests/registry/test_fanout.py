@@ -177,6 +177,22 @@ class TestHandedBack:
         assert (0, []) == (await parked, transport.written)
         assert 0 == len(feed.fanout)
 
+    async def test_a_transport_that_fails_goes_back_alone(self):
+        registry, feed, _ = fed()
+        broken, fine = Transport(), Transport()
+
+        def refuse(data: bytes | bytearray | memoryview) -> None:
+            raise RuntimeError("the transport is gone")
+
+        broken.write = refuse  # type: ignore[method-assign]
+        parked = [park(feed, broken, 0), park(feed, fine, 0)]
+        await settle()
+        register(registry, 1)
+        await settle()
+        assert (0, [1]) == (await parked[0], indices(fine))
+        assert not parked[1].done()
+        feed.close()
+
     async def test_a_burst_over_the_frame_limit_is_left_to_each_handler(self):
         """A mass eviction's hundreds of events are not copied into every transport at once."""
         registry, feed, _ = fed()
