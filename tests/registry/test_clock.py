@@ -58,10 +58,10 @@ async def test_timers_fire_at_their_deadline_among_the_sleepers_unless_cancelled
 
 
 async def test_system_clock_timers_run_on_the_loop():
-    fired = asyncio.Event()
+    fired, later = asyncio.Event(), asyncio.Event()
     SystemClock().call_later(0, fired.set)
     await asyncio.wait_for(fired.wait(), 5)
-    timer = SystemClock().call_later(0, fired.clear)
-    timer.cancel()
-    await asyncio.sleep(0.01)
+    SystemClock().call_later(0, fired.clear).cancel()
+    SystemClock().call_later(0.001, later.set)  # due after the cancelled one
+    await asyncio.wait_for(later.wait(), 5)
     assert fired.is_set()
