@@ -9,7 +9,8 @@ seconds, from one maximum per second, so a reading says what happened lately, no
 from __future__ import annotations
 
 import asyncio
-import bisect
+
+from registry.histogram import Histogram
 
 INTERVAL = 0.01  # seconds between two looks
 WINDOW = 10  # seconds the recent maximum covers
@@ -22,8 +23,7 @@ class LoopLag:
         self._interval = interval
         self._handle: asyncio.TimerHandle | None = None
         self._due = 0.0
-        self.buckets = [0] * (len(BOUNDS) + 1)  # the last one: above every bound
-        self.total = 0.0  # seconds of lateness, summed
+        self.histogram = Histogram(BOUNDS)  # every lateness, in seconds
         self.longest = 0.0  # seconds, since start
         self._second_max = [0.0] * WINDOW  # by whole second, modulo WINDOW
         self._second_at = [0] * WINDOW
@@ -45,8 +45,7 @@ class LoopLag:
         self._handle = loop.call_at(self._due, self._tick, loop)
 
     def record(self, lag: float, now: float) -> None:
-        self.buckets[bisect.bisect_left(BOUNDS, lag)] += 1
-        self.total += lag
+        self.histogram.record(lag)
         self.longest = max(self.longest, lag)
         second = int(now)
         slot = second % WINDOW
@@ -61,7 +60,3 @@ class LoopLag:
         horizon = int(now) - WINDOW
         recent = zip(self._second_max, self._second_at, strict=True)
         return max((lag for lag, at in recent if at > horizon), default=0.0)
-
-    @property
-    def count(self) -> int:
-        return sum(self.buckets)

@@ -18,7 +18,6 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from prometheus_client.core import (
     CounterMetricFamily,
     GaugeMetricFamily,
-    HistogramMetricFamily,
     Metric,
 )
 from prometheus_client.registry import Collector
@@ -36,7 +35,6 @@ from registry.appkeys import (
     WRITER,
 )
 from registry.core import Registry
-from registry.loop_lag import BOUNDS
 from registry.model import ActionType, ChangeEvent
 
 METRICS = web.AppKey("metrics", CollectorRegistry)  # this app's own Prometheus registry
@@ -113,6 +111,10 @@ class RegistryCollector(Collector):
         yield _gauge("registry_cached_payloads", "Payloads in the cache", len(cache))
         feed = app[FEED]
         yield _gauge("registry_watchers", "Open watch streams", feed.watchers)
+        yield feed.fanout.durations.family(
+            "registry_watch_fanout_seconds",
+            "From a change to its last write to the watch streams that had caught up",
+        )
         yield _gauge("registry_long_polls", "Long-polls waiting", feed.polls)
         limiter = app[LIMITER]
         if limiter is not None:
@@ -152,15 +154,8 @@ def _peers(app: web.Application) -> Iterator[Metric]:
 
 def _loop_lag(app: web.Application) -> Iterator[Metric]:
     lag = app[LOOP_LAG]
-    cumulative, buckets = 0, []
-    for bound, count in zip((*BOUNDS, float("inf")), lag.buckets, strict=True):
-        cumulative += count
-        buckets.append((str(bound) if bound != float("inf") else "+Inf", cumulative))
-    yield HistogramMetricFamily(
-        "registry_event_loop_lag_seconds",
-        "How late the event loop ran a callback due every 10 ms",
-        buckets=buckets,
-        sum_value=lag.total,
+    yield lag.histogram.family(
+        "registry_event_loop_lag_seconds", "How late the event loop ran a callback due every 10 ms"
     )
     yield _gauge(
         "registry_event_loop_lag_recent_max_seconds",

@@ -348,6 +348,18 @@ def _propagation_rows(
             )
         )
         if kind == "watch":
+            server = seen["server"]
+            rows.append(
+                (
+                    "  the registry's side: change to last write",
+                    f"{server['frames']} fan-outs, mean {server['mean_ms']} ms",
+                    "",
+                    "",
+                    "",
+                    f"<= {server['p50_le_ms']} / <= {server['p99_le_ms']}",
+                    "",
+                )
+            )
             rows.append(
                 (
                     f"  floor: {seen['observers']} bare writes of {seen['event_bytes']} B",

@@ -31,6 +31,7 @@ from typing import Any
 
 import aiohttp
 import orjson
+from prometheus_client.parser import text_string_to_metric_families
 
 from registry.__main__ import loop_name, new_event_loop
 from registry.cache import ResponseCache
@@ -51,6 +52,7 @@ CRASH_APP = "CRASH"
 RENEWAL_SECONDS = 1  # the crashing instances' heartbeat interval
 DELIVERY_GRACE = 5.0  # seconds past the latest expected eviction before a DELETED counts missed
 LONG_POLL_WAIT = "30s"
+FANOUT_METRIC = "registry_watch_fanout_seconds"
 OBSERVERS_START_TIMEOUT = 60.0  # for every watch stream to open
 STALL_APPS = 50
 STALL_LOG_LEVEL = "warning"  # at info every evicted lease is a log line, which would be measured
@@ -232,6 +234,7 @@ async def register_to_visible(sizes: Sizes) -> dict[str, Any]:
                 sent, cpu = await _observed(server, spec, expected, sizes.gap)
                 if kind == "watch":
                     event_bytes = await _instance_bytes(server, expected[0])
+                    fanned_out = await _fan_out_durations(server)
             report = json.loads(out.read_text())
         if report["timed_out"] or report["failures"]:
             raise RuntimeError(
@@ -246,6 +249,7 @@ async def register_to_visible(sizes: Sizes) -> dict[str, Any]:
     figures["long_poll"]["wait"] = LONG_POLL_WAIT
     figures["watch"]["bare_writes_ms"] = await send_floor(sizes.watchers, event_bytes)
     figures["watch"]["event_bytes"] = event_bytes
+    figures["watch"]["server"] = fanned_out
     return {**figures, "registrations": sizes.registrations, "cpu_ms_per_registration": cpu_ms}
 
 
@@ -299,6 +303,34 @@ async def _observed(
             process.kill()
             await process.wait()
     return sent, cpu
+
+
+async def _fan_out_durations(server: processes.Server) -> dict[str, Any]:
+    """The registry's own timing of its fan-outs (`registry_watch_fanout_seconds`): from each
+    change to its last write to the streams, this side of the sockets. Quantiles are the upper
+    bound of the bucket they fall in."""
+    async with (
+        aiohttp.ClientSession() as session,
+        session.get(f"{server.url}/metrics") as response,
+    ):
+        text = await response.text()
+    (family,) = (f for f in text_string_to_metric_families(text) if f.name == FANOUT_METRIC)
+    values = {(s.name, s.labels.get("le")): s.value for s in family.samples}
+    count, total = values[(f"{FANOUT_METRIC}_count", None)], values[(f"{FANOUT_METRIC}_sum", None)]
+    cumulative = sorted(
+        (float(le), n) for (name, le), n in values.items() if name.endswith("_bucket")
+    )
+
+    def quantile(q: float) -> float | None:
+        bound = next((le for le, n in cumulative if n >= q * count), None) if count else None
+        return None if bound is None or bound == float("inf") else round(1000 * bound, 1)
+
+    return {
+        "frames": round(count),
+        "mean_ms": round(1000 * total / count, 2) if count else None,
+        "p50_le_ms": quantile(0.50),
+        "p99_le_ms": quantile(0.99),
+    }
 
 
 def _cpu(process: processes.Server) -> float | None:

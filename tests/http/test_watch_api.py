@@ -15,6 +15,7 @@ from registry import fanout as fanout_module
 from registry.appkeys import FEED
 from tests.helpers import JSON, eventually, fetch_json, register, registry_of
 from tests.registry.test_core import T0, make
+from tests.registry.test_metrics import scrape
 
 INDEX = "X-Registry-Index"
 
@@ -332,6 +333,7 @@ class TestWatchStream:
         events = [await next_event(stream) for stream in streams]
         assert (1, {("1", "ADDED")}) == (fanout.frames, {(index(e), e["event"]) for e in events})
         assert 3 == len(fanout)
+        assert 1 == (await scrape(client))[("registry_watch_fanout_seconds_count", ())]
 
     async def test_a_burst_too_large_to_fan_out_still_arrives_whole_and_in_order(self, client):
         """Changes whose events outgrow a frame (a mass eviction) are sent by each stream's

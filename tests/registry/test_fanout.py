@@ -217,6 +217,29 @@ class TestHandedBack:
         feed.close()
         await parked
 
+    async def test_each_frame_is_timed_from_its_first_change_to_its_last_write(self):
+        """One duration a frame, from the first change it carries: a burst is one; a
+        keepalive, which carries no change, none."""
+        registry, feed, _ = fed()
+        times = [10.0, 10.004, 20.0, 20.025]  # each call of the timer takes the next
+        feed.fanout.timer = lambda: times.pop(0)
+        parked = park(feed, Transport(), 0)
+        await settle()
+        register(registry, 1)
+        await settle()
+        feed.beat()
+        await settle()
+        register(registry, 2)
+        register(registry, 3)
+        await settle()
+        durations = feed.fanout.durations
+        assert ([], 2, 2) == (times, durations.count, feed.fanout.frames - 1)
+        assert 1 == durations.buckets[fanout.BOUNDS.index(0.005)]
+        assert 1 == durations.buckets[fanout.BOUNDS.index(0.03)]
+        assert abs(durations.total - 0.029) < 1e-9
+        feed.close()
+        await parked
+
     async def test_a_cancelled_handler_leaves_the_live_streams(self):
         _, feed, _ = fed()
         parked = park(feed, Transport(), 0)

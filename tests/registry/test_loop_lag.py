@@ -11,10 +11,10 @@ class TestRecord:
         lag.record(0.0005, now=100.0)
         lag.record(0.03, now=100.5)
         lag.record(9.0, now=101.0)
-        assert 1 == lag.buckets[0]
-        assert 1 == lag.buckets[BOUNDS.index(0.05)]
-        assert 1 == lag.buckets[-1]
-        assert 3 == lag.count
+        assert 1 == lag.histogram.buckets[0]
+        assert 1 == lag.histogram.buckets[BOUNDS.index(0.05)]
+        assert 1 == lag.histogram.buckets[-1]
+        assert 3 == lag.histogram.count
         assert 9.0 == lag.longest
 
     def test_the_recent_maximum_forgets_what_is_older_than_the_window(self):
@@ -49,5 +49,5 @@ def test_a_callback_run_late_is_recorded_by_how_late():
     loop.now = 50.05
     lag._tick(loop)  # type: ignore[arg-type]
     assert abs(lag.longest - 0.04) < 1e-9
-    assert 1 == lag.buckets[BOUNDS.index(0.05)]
+    assert 1 == lag.histogram.buckets[BOUNDS.index(0.05)]
     assert [50.06] == [round(when, 6) for when in loop.due]
