@@ -31,7 +31,7 @@ MAX_FRAME = 64 * 1024  # a larger burst is sent by each stream's handler, paced
 KEEPALIVE = b": keepalive\n\n"
 # Upper bounds, in seconds, of the fan-out durations' buckets: finer where a thousand streams'
 # writes fall on a small machine (tens of milliseconds).
-BOUNDS = (0.001, 0.002, 0.005, 0.01, 0.015, 0.02, 0.03, 0.05, 0.1, 0.2, 0.5, 1.0)
+BOUNDS = (0.001, 0.002, 0.005, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05, 0.1, 0.2, 0.5, 1.0)
 
 
 class LiveStream:

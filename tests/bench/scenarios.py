@@ -302,10 +302,11 @@ async def replication(plan: Plan) -> dict[str, Any]:
     """Three nodes, A, B and C, replicating to each other with the default settings.
 
     First the lag: while A takes a steady load of heartbeats, single changes on A (an override
-    set, then deleted again) are timed until B and C show them. Then A's heartbeat throughput,
-    replicating to both, beside a node with no peers, runs alternating as in the heartbeat
-    scenario. Each replicating run ends when A's queues are empty, so the catch-up neither
-    competes with the next run nor escapes A's and the peers' CPU figures.
+    set, then deleted again) are timed until B and C show them; then again at half the load.
+    Then A's heartbeat throughput, replicating to both, beside a node with no peers, runs
+    alternating as in the heartbeat scenario. Each replicating run ends when A's queues are
+    empty, so the catch-up neither competes with the next run nor escapes A's and the peers'
+    CPU figures.
     """
     n = plan.instances
     async with (
@@ -322,6 +323,8 @@ async def replication(plan: Plan) -> dict[str, Any]:
             replicated = time.monotonic() - started
             await processes.populate(alone, n)
             lag = await replication_lag(plan, session, a, peers)
+            # the same at half the load: where the lag stands while A's loop has room to spare
+            half_load = await replication_lag(plan, session, a, peers, STEADY_CONNECTIONS // 2)
             runs = await beside_standalone(plan, session, a, peers, alone)
             named = dict(zip(PEER_NAMES, peers, strict=True))
             names = {f"{peer.url}/eureka/": name for name, peer in named.items()}
@@ -333,6 +336,7 @@ async def replication(plan: Plan) -> dict[str, Any]:
     return {
         **runs,
         "lag": lag,
+        "lag_at_half_load": half_load,
         "instances": n,
         "population_replicated_seconds": round(replicated, 2),
         "peer_registry_sizes": sizes,
@@ -341,19 +345,26 @@ async def replication(plan: Plan) -> dict[str, Any]:
 
 
 async def replication_lag(
-    plan: Plan, session: aiohttp.ClientSession, a: processes.Server, peers: list[processes.Server]
+    plan: Plan,
+    session: aiohttp.ClientSession,
+    a: processes.Server,
+    peers: list[processes.Server],
+    connections: int = STEADY_CONNECTIONS,
 ) -> dict[str, Any]:
-    """Milliseconds from a change's request to A until B, and C, answer the change.
+    """Milliseconds from a change's request to A until B, and C, answer the change, while
+    `connections` pace heartbeats into A; and how busy that keeps A (`sender_cores`: A's CPU
+    seconds a second, of its one event loop's one).
 
     Each peer is read every LAG_POLL seconds by its own task. The changes alternate: an
     OUT_OF_SERVICE override on a random instance, then its deletion (back to UP).
     """
-    steady = LoadGenerator(connections=STEADY_CONNECTIONS, prefer_wrk=plan.load.wrk is not None)
+    steady = LoadGenerator(connections=connections, prefer_wrk=plan.load.wrk is not None)
     beat = workloads.paced(workloads.heartbeats(plan.instances), STEADY_DELAY_MS)
     spec = {"kind": "heartbeat", "instances": plan.instances, "delay_ms": STEADY_DELAY_MS}
     seconds = max(2, round(1 + plan.lag_samples * LAG_SAMPLE_SECONDS))
     loop = asyncio.get_running_loop()
     end = loop.time() + seconds
+    cpu_before, started_at = a.cpu_seconds(), loop.time()
     load = asyncio.create_task(steady.run(a.url, beat, seconds, spec))
     await asyncio.sleep(0.5)  # the load and the replication it causes are under way
     lags: dict[str, list[float]] = {name: [] for name in PEER_NAMES}
@@ -386,8 +397,10 @@ async def replication_lag(
         async with session.delete(f"{a.url}{overridden}/status?value=UP"):
             pass
     result = await load
+    busy = (a.cpu_seconds() - cpu_before) / (loop.time() - started_at)
     return {
         "heartbeat_rps": round(result.rps),
+        "sender_cores": round(busy, 2),
         "heartbeat_errors": result.errors,
         "changes": changes,
         **{
