@@ -59,7 +59,7 @@ class FanOut:
         # Seconds from a change to the last write of its frame, on `/metrics`. Real time, as
         # the event-loop lag is: this watches the process, not the registry's clock.
         self.durations = Histogram(BOUNDS)
-        self.timer = time.monotonic
+        self.timer = time.monotonic  # a test sets its own
         self._changed_at: float | None = None  # the first change not yet cut into a frame
 
     def __len__(self) -> int:

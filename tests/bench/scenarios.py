@@ -353,7 +353,7 @@ async def replication_lag(
 ) -> dict[str, Any]:
     """Milliseconds from a change's request to A until B, and C, answer the change, while
     `connections` pace heartbeats into A; and how busy that keeps A (`sender_cores`: A's CPU
-    seconds a second, of its one event loop's one).
+    seconds per second, where its one event loop can use one core at most).
 
     Each peer is read every LAG_POLL seconds by its own task. The changes alternate: an
     OUT_OF_SERVICE override on a random instance, then its deletion (back to UP).
