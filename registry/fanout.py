@@ -28,7 +28,7 @@ from registry.tasks import SLICE
 
 HIGH_WATER = 64 * 1024  # unsent bytes at which a stream is left to its handler's pacing
 MAX_FRAME = 64 * 1024  # a larger burst is sent by each stream's handler, paced
-KEEPALIVE = b": keepalive\n\n"
+KEEPALIVE_COMMENT = b": keepalive\n\n"  # what an idle stream is sent on a beat
 # Upper bounds, in seconds, of the fan-out durations' buckets: finer where a thousand streams'
 # writes fall on a small machine (tens of milliseconds).
 BOUNDS = (0.001, 0.002, 0.005, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05, 0.1, 0.2, 0.5, 1.0)
@@ -127,7 +127,7 @@ class FanOut:
                         return
                     sent, self._position = self._position, events[-1].index
                 elif self._keepalive:
-                    frame, sent = KEEPALIVE, self._position
+                    frame, sent = KEEPALIVE_COMMENT, self._position
                 else:
                     return
                 self._keepalive = False

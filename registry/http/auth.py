@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import enum
 import functools
-from collections.abc import Callable
 from urllib.parse import urlsplit
 
 from aiohttp import hdrs, web
@@ -29,6 +28,7 @@ from aiohttp import hdrs, web
 from registry.appkeys import SETTINGS
 from registry.credentials import Credentials, Role
 from registry.errors import Forbidden, Unauthorized
+from registry.http.answering import Check
 from registry.http.params import is_replication
 from registry.settings import Settings, is_loopback
 
@@ -54,7 +54,7 @@ _SETTING = {
 }
 
 
-def from_this_site(settings: Settings) -> Callable[[web.Request], None]:
+def from_this_site(settings: Settings) -> Check:
     """The check that refuses what a browser sends on another site's behalf.
 
     A page of another site can make a browser POST, PUT or DELETE here, with the Basic
@@ -110,7 +110,7 @@ def principal(request: web.Request) -> str | None:
     return request.get(PRINCIPAL)
 
 
-def guard(on: Plane, credentials: Credentials) -> Callable[[web.Request], None] | None:
+def guard(on: Plane, credentials: Credentials) -> Check | None:
     """The check that lets through only a request whose credential belongs on plane `on`
     (None for the open plane: nothing to check)."""
     if on is Plane.OPEN:

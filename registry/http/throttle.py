@@ -8,17 +8,16 @@ when credentials are configured.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from aiohttp import web
 
 from registry.clock import Clock
 from registry.errors import TooManyRequests
+from registry.http.answering import Check
 from registry.http.params import is_replication
 from registry.ratelimit import FetchLimiter, client_key, retry_after
 
 
-def limited(limiter: FetchLimiter, clock: Clock) -> Callable[[web.Request], None]:
+def limited(limiter: FetchLimiter, clock: Clock) -> Check:
     """The check that refuses a client over its fetch rate."""
 
     def check(request: web.Request) -> None:

@@ -16,7 +16,7 @@ so a reconnecting EventSource resumes where it stopped, otherwise the current in
 whose index this node cannot continue from (older than the journal keeps, or foreign) gets a
 `reset` event and the stream ends: it fetches `apps/` in full and watches again from that
 response's `X-Registry-Index` and `X-Registry-Epoch`. Comments keep an idle stream alive
-through proxies (`KEEPALIVE`, sent on the feed's beat).
+through proxies (`KEEPALIVE_COMMENT`, sent on the feed's beat every `feed.KEEPALIVE` seconds).
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from aiohttp import hdrs, web
 from registry.appkeys import CACHE, CLOCK, FEED, JOURNAL, LIFECYCLE, REGISTRY, SETTINGS
 from registry.codec.wire import EPOCH_HEADER, INDEX_HEADER
 from registry.errors import IndexExpired, NotServed
+from registry.fanout import KEEPALIVE_COMMENT
 from registry.feed import ChangeFeed, sse
 from registry.http import params
 from registry.http.discovery_api import check_index, forgotten
@@ -117,7 +118,7 @@ async def _stream(
         beats = feed.beats
         await feed.next()
         if feed.beats != beats and feed.index <= position and not feed.closed:
-            await response.write(b": keepalive\n\n")
+            await response.write(KEEPALIVE_COMMENT)
 
 
 def _reset(feed: ChangeFeed, detail: str) -> bytes:

@@ -23,7 +23,7 @@ from tests.bench.client_scenario import client_figures, client_rows
 from tests.bench.load import LoadGenerator
 from tests.bench.propagation import propagation
 from tests.bench.scale import scale
-from tests.bench.scale_report import scale_rows
+from tests.bench.scale_report import Row, scale_rows
 from tests.bench.scenarios import SCENARIOS, Plan, memory, replication, throughput
 from tests.bench.store import store
 from tests.bench.workers import workers
@@ -158,44 +158,19 @@ def table(results: dict[str, Any], *, judged: bool = True) -> str:
         target = TARGETS["heartbeat" if name == "heartbeat" else "full_fetch"]
         verdict = "ok" if (figure["ratio"] or 0) >= target else "BELOW"
         verdict = verdict if judged else "(smoke: not judged)"
-        rows.append(
-            (
-                name,
-                _rps(ours),
-                _rps(ceiling),
-                f"{figure['ratio']:.2f}" if figure["ratio"] is not None else "",
-                f"{figure['cpu_ratio']:.2f}" if figure["cpu_ratio"] is not None else "",
-                f"{ours['p50_ms_median']:.2f} / {ours['p99_ms_median']:.2f}",
-                f">= {target} {verdict}",
-            )
-        )
+        rows.append(_beside(name, ours, _rps(ceiling), figure, f">= {target} {verdict}"))
     for name in ("churn", "delta_under_churn"):
         if name not in results:
             continue
         figure = results[name]
         extra = f" (churn {figure['churn_rps_median']}/s)" if "churn_rps_median" in figure else ""
-        rows.append(
-            (
-                name + extra,
-                _rps(figure),
-                "",
-                "",
-                "",
-                f"{figure['p50_ms_median']:.2f} / {figure['p99_ms_median']:.2f}",
-                "",
-            )
-        )
+        rows.append(_row(name + extra, _rps(figure), timing=_timing(figure)))
     if "full_fetch_after_a_change" in results:
         rebuild = results["full_fetch_after_a_change"]
         rows.append(
-            (
+            _row(
                 "full fetch after a change",
                 f"json {rebuild['json_ms_median']} ms, xml {rebuild['xml_ms_median']} ms",
-                "",
-                "",
-                "",
-                "",
-                "",
             )
         )
     if "replication" in results:
@@ -225,34 +200,25 @@ def table(results: dict[str, Any], *, judged: bool = True) -> str:
         ("  after JSON and XML fetches", mem["bytes_per_instance_after_fetches"], ""),
         ("  of which cached payloads", mem["cached_payload_bytes_per_instance"], ""),
     ):
-        rows.append((label, f"{value} B/inst", "", "", "", "", target))
+        rows.append(_row(label, f"{value} B/inst", target=target))
     return _render(rows)
 
 
-def _replication_rows(
-    figure: dict[str, Any], *, judged: bool
-) -> list[tuple[str, str, str, str, str, str, str]]:
+def _replication_rows(figure: dict[str, Any], *, judged: bool) -> list[Row]:
     """A's heartbeats replicating to B and C beside a node without peers; B's and C's lag."""
     ours, alone, lag = figure["replicating"], figure["standalone"], figure["lag"]
     ratio_met = (figure["ratio"] or 0) >= TARGETS["replicating"]
     rows = [
-        (
+        _beside(
             "heartbeat replicating to 2 peers",
-            _rps(ours),
+            ours,
             f"no peers: {_rps(alone)}",
-            f"{figure['ratio']:.2f}" if figure["ratio"] is not None else "",
-            f"{figure['cpu_ratio']:.2f}" if figure["cpu_ratio"] is not None else "",
-            f"{ours['p50_ms_median']:.2f} / {ours['p99_ms_median']:.2f}",
+            figure,
             f">= {TARGETS['replicating']} " + _verdict(ratio_met, judged, "BELOW"),
         ),
-        (
+        _row(
             "  peers' CPU (B + C)",
             f"{figure['peer_cpu_seconds']} s/run, {figure['peer_cpu_us_per_heartbeat']} us/hb",
-            "",
-            "",
-            "",
-            "",
-            "",
         ),
     ]
     for load, judge in ((lag, True), (figure["lag_at_half_load"], False)):
@@ -261,33 +227,24 @@ def _replication_rows(
             missed = f", {peer['missed']} missed" if peer["missed"] else ""
             met = peer["p99_ms"] <= LAG_P99_MS and not peer["missed"]
             rows.append(
-                (
+                _row(
                     f"{'replication lag' if judge else '  at half the load'} A->{name} "
                     f"(at {load['heartbeat_rps']} hb/s, A {load['sender_cores']} of a core)",
                     f"{load['changes'] - peer['missed']} changes{missed}, max {peer['max_ms']} ms",
-                    "",
-                    "",
-                    "",
-                    f"{peer['p50_ms']} / {peer['p99_ms']}",
-                    f"p99 <= {LAG_P99_MS} ms " + _verdict(met, judged, "ABOVE") if judge else "",
+                    timing=f"{peer['p50_ms']} / {peer['p99_ms']}",
+                    target=f"p99 <= {LAG_P99_MS} ms " + _verdict(met, judged, "ABOVE")
+                    if judge
+                    else "",
                 )
             )
     return rows
 
 
-def _workers_rows(figure: dict[str, Any]) -> list[tuple[str, str, str, str, str, str, str]]:
+def _workers_rows(figure: dict[str, Any]) -> list[Row]:
     """Two peered processes sharing the load beside one process with all of it."""
     two, one = figure["two_workers"], figure["one_worker"]
     return [
-        (
-            "heartbeat, 2 peered workers (both loaded)",
-            _rps(two),
-            f"1 worker: {_rps(one)}",
-            f"{figure['ratio']:.2f}" if figure["ratio"] is not None else "",
-            f"{figure['cpu_ratio']:.2f}" if figure["cpu_ratio"] is not None else "",
-            f"{two['p50_ms_median']:.2f} / {two['p99_ms_median']:.2f}",
-            "",
-        )
+        _beside("heartbeat, 2 peered workers (both loaded)", two, f"1 worker: {_rps(one)}", figure)
     ]
 
 
@@ -297,9 +254,7 @@ def _verdict(met: bool, judged: bool, otherwise: str) -> str:
     return "ok" if met else otherwise
 
 
-def _propagation_rows(
-    figure: dict[str, Any], *, judged: bool
-) -> list[tuple[str, str, str, str, str, str, str]]:
+def _propagation_rows(figure: dict[str, Any], *, judged: bool) -> list[Row]:
     """Crash to eviction beside its bound; register to visible by kind of client; sweep stalls."""
     crash, visible = figure["crash_to_evicted"], figure["register_to_visible"]
     interval, lease = crash["eviction_interval_seconds"], crash["lease_seconds"]
@@ -308,15 +263,11 @@ def _propagation_rows(
     verdict = "ok" if worst is not None and worst <= bound and not crash["missed"] else "LATE"
     missed = f", {crash['missed']} missed" if crash["missed"] else ""
     rows = [
-        (
+        _row(
             f"crash-to-evicted ({crash['instances']} crashes, lease {lease} s, "
             f"sweeps {interval:g} s)",
             f"lease + {crash['over_lease_median_seconds']} s median, + {worst} s max{missed}",
-            "",
-            "",
-            "",
-            "",
-            f"<= lease + {bound:g} s {verdict if judged else '(smoke: not judged)'}",
+            target=f"<= lease + {bound:g} s {verdict if judged else '(smoke: not judged)'}",
         )
     ]
     for kind, label in (
@@ -338,117 +289,84 @@ def _propagation_rows(
                 ("ok" if met else "ABOVE") if judged else "(smoke: not judged)"
             )
         rows.append(
-            (
+            _row(
                 label,
                 f"{seen['sightings']} sightings of {visible['registrations']}, "
                 f"max {seen['max_ms']} ms{missed}",
-                "",
-                "",
-                "",
-                f"{seen['p50_ms']} / {seen['p99_ms']}",
-                verdict,
+                timing=f"{seen['p50_ms']} / {seen['p99_ms']}",
+                target=verdict,
             )
         )
         if kind == "watch":
             server = seen["server"]
             rows.append(
-                (
+                _row(
                     "  the registry's side: change to last write",
                     f"{server['frames']} fan-outs, mean {server['mean_ms']} ms",
-                    "",
-                    "",
-                    "",
-                    f"<= {server['p50_le_ms']} / <= {server['p99_le_ms']}",
-                    "",
+                    timing=f"<= {server['p50_le_ms']} / <= {server['p99_le_ms']}",
                 )
             )
             rows.append(
-                (
+                _row(
                     f"  floor: {seen['observers']} bare writes of {seen['event_bytes']} B",
                     f"{seen['bare_writes_ms']} ms (median of rounds)",
-                    "",
-                    "",
-                    "",
-                    "",
-                    "",
                 )
             )
     for key, label in (("uncapped", "eviction stall: {} expired"), ("capped", "  capped at {}")):
         stall = figure["eviction_stall"][key]
         name = stall["leases"] if key == "uncapped" else f"{stall['max_fraction']:.0%}"
         rows.append(
-            (
+            _row(
                 label.format(name),
                 f"{stall['evicted']} evicted in {stall['sweep_ms']} ms, loop stalled "
                 f"max {stall['longest_stall_ms']} ms (p99 {stall['p99_stall_ms']} ms; "
                 f"{stall['full_collections']} full GCs, longest GC "
                 f"{stall['longest_collection_ms']} ms)",
-                "",
-                "",
-                "",
-                "",
-                f"(log level {stall['log_level']})",
+                target=f"(log level {stall['log_level']})",
             )
         )
     return rows
 
 
-def _store_rows(figure: dict[str, Any]) -> list[tuple[str, str, str, str, str, str, str]]:
+def _store_rows(figure: dict[str, Any]) -> list[Row]:
     """A restart with a full store beside empty starts; the store's size; its cost on and off."""
     start = figure["start_up"]
     n = start["instances"]
     restored = ", ".join(str(size) for size in start["restored_instances"])
     files = ", ".join(f"{name} {size / 1e6:.1f} MB" for name, size in start["db_files"].items())
     rows = [
-        (
+        _row(
             f"start-up with {n} stored instances",
             f"{start['restart_seconds_median']} s to apps 200 "
             f"({', '.join(str(r['ready_seconds']) for r in start['restarts'])}); "
             f"serving after {start['restart_serving_seconds_median']} s, "
             f"{start['restarts'][0]['cpu_seconds']} s CPU",
-            "",
-            "",
-            "",
-            "",
-            f"restored {restored} of {n}",
+            target=f"restored {restored} of {n}",
         ),
-        (
+        _row(
             "  empty",
             f"{start['empty_seconds_median']} s",
-            f"store off: {start['empty_store_off_seconds_median']} s",
-            "",
-            "",
-            "",
-            "",
+            beside=f"store off: {start['empty_store_off_seconds_median']} s",
         ),
-        (
+        _row(
             "db size per instance",
             f"{start['bytes_per_instance']} B/inst ({files})",
-            "",
-            "",
-            "",
-            "",
-            f"SIGTERM to exit {start['stop_seconds']} s",
+            target=f"SIGTERM to exit {start['stop_seconds']} s",
         ),
     ]
     on_off = figure["on_off"]
     for key, label in (("heartbeat", "heartbeat"), ("churn", "register+cancel")):
         both = on_off[key]
         on, off = both["on"], both["off"]
+        per_batch = both["requests_per_batch"]
         rows.append(
-            (
+            _beside(
                 f"{label} store on / off",
-                _rps(on),
+                on,
                 f"off: {_rps(off)}",
-                f"{both['ratio']:.2f}" if both["ratio"] is not None else "",
-                f"{both['cpu_ratio']:.2f}" if both["cpu_ratio"] is not None else "",
-                f"{on['p50_ms_median']:.2f} / {on['p99_ms_median']:.2f}",
+                both,
                 f"CPU {on['cpu_us_per_request']} / {off['cpu_us_per_request']} us/req"
-                + (
-                    f"; {both['requests_per_batch']:g} req/batch"
-                    if both["requests_per_batch"]
-                    else ""
-                ),
+                + (f"; {per_batch:g} req/batch" if per_batch else ""),
             )
         )
     return rows
@@ -461,6 +379,34 @@ def _render(rows: list[tuple[str, ...]]) -> str:
     ]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines)
+
+
+def _row(label: str, result: str, *, beside: str = "", timing: str = "", target: str = "") -> Row:
+    """A row without ratios: a figure, with what stands beside it, its latency, its target."""
+    return (label, result, beside, "", "", timing, target)
+
+
+def _beside(
+    label: str, ours: dict[str, Any], theirs: str, figure: dict[str, Any], target: str = ""
+) -> Row:
+    """A side-by-side row: our throughput, the other side's, the two ratios, our latency."""
+    return (
+        label,
+        _rps(ours),
+        theirs,
+        _ratio(figure["ratio"]),
+        _ratio(figure["cpu_ratio"]),
+        _timing(ours),
+        target,
+    )
+
+
+def _ratio(value: float | None) -> str:
+    return "" if value is None else f"{value:.2f}"
+
+
+def _timing(summary: dict[str, Any]) -> str:
+    return f"{summary['p50_ms_median']:.2f} / {summary['p99_ms_median']:.2f}"
 
 
 def _rps(summary: dict[str, Any]) -> str:

@@ -213,7 +213,8 @@ class TestHandedBack:
         await settle()
         feed.beat()
         await settle()
-        assert [b"%x\r\n%b\r\n" % (len(fanout.KEEPALIVE), fanout.KEEPALIVE)] == transport.written
+        comment = fanout.KEEPALIVE_COMMENT
+        assert [b"%x\r\n%b\r\n" % (len(comment), comment)] == transport.written
         feed.close()
         await parked
 
