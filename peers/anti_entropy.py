@@ -1,11 +1,13 @@
 """Anti-entropy: peers compare per-application digests and repair differences by pulling.
 
-Every `anti_entropy_interval`, and at once when a peer that could not be reached answers
-again, this node asks each peer for its digests and fetches the applications whose digest
-differs from ours, adopting what the peer holds newer (see `peers.merge`). Each side pulls, so
-a lost batch converges within one interval, and a healed partition within seconds of the heal,
-without waiting for heartbeats. Nothing is deleted here: instances only we hold
-either reach the peer when it pulls from us, or expire where nobody renews them.
+Every `anti_entropy_interval`, at once when a peer that could not be reached answers again,
+and at once after a restart from the store, this node asks each peer for its digests and, for
+the applications whose digest differs from ours, fetches the peer's instances and the removals
+it remembers, taking what wins by the rule of registry/tombstones.py (see `peers.merge`). The
+digest answer also lists the peer's overrides and override removals, of which the later ones
+are taken. Each side pulls, so a lost batch converges within one interval, and a healed
+partition or a restarted node within seconds, without waiting for heartbeats. Instances only
+we hold either reach the peer when it pulls from us, or expire where nobody renews them.
 """
 
 from __future__ import annotations
@@ -20,55 +22,40 @@ from peers.client import PeerClient, PeerError, PeerRefused, PeerSyncing
 from peers.digest import Digests
 from registry.clock import Clock
 from registry.core import Registry
-from registry.journal import DeltaJournal
 from registry.lifecycle import Lifecycle
-from registry.tasks import wait_set
+from registry.tasks import Pacer, wait_set
 
 log = structlog.get_logger()
 
 
-TakeNotes = Callable[[object], None]  # a peer's override notes, as its digest answer lists them
-
-
-async def reconcile(
-    client: PeerClient,
-    registry: Registry,
-    journal: DeltaJournal,
-    digests: Digests,
-    clock: Clock,
-    take_notes: TakeNotes,
-) -> int:
-    """One round with one peer; how many instances were adopted from it. The override notes
-    its answer lists are taken afterwards (for the overrides adopted too)."""
+async def reconcile(client: PeerClient, registry: Registry, digests: Digests, clock: Clock) -> int:
+    """One round with one peer; how many instances changed here, and overrides taken."""
     answer = await client.fetch_digest()
     theirs = answer.get("applications")
     if not isinstance(theirs, Mapping):
         raise PeerError(f"{client.url}: the digest answer has no applications")
-    ours = digests.current()
-    adopted = 0
+    ours = await digests.current(Pacer())
+    changed = 0
     for app, digest in theirs.items():
         if not isinstance(app, str) or ours.get(app) == digest:
             continue
         document = await client.fetch_application(app)
-        if document is not None:
-            adopted += await merge.merge(
-                registry,
-                merge.applications(document),
-                now_ms=clock.wall_ms(),
-                deleted={app: journal.deleted(app)},
-            )
-    take_notes(answer.get("overrideNotes"))
-    return adopted
+        removed = merge.removals(await client.fetch_removed(app))
+        changed += await merge.merge(
+            registry,
+            merge.applications(document) if document is not None else [],
+            now_ms=clock.wall_ms(),
+            removed=removed,
+        )
+    return changed + merge.take_overrides(registry, answer, now_ms=clock.wall_ms())
 
 
 async def anti_entropy_forever(
     peers: Callable[[], Sequence[PeerClient]],
     registry: Registry,
-    journal: DeltaJournal,
     digests: Digests,
     clock: Clock,
     lifecycle: Lifecycle,
-    take_notes: TakeNotes,
     *,
     interval: float,
     soon: asyncio.Event | None = None,
@@ -80,7 +67,7 @@ async def anti_entropy_forever(
         soon.clear()
         for client in peers():
             try:
-                adopted = await reconcile(client, registry, journal, digests, clock, take_notes)
+                changed = await reconcile(client, registry, digests, clock)
             except PeerSyncing:
                 continue
             except PeerRefused as exc:  # it answered, and would answer the same: say so
@@ -93,5 +80,5 @@ async def anti_entropy_forever(
                 log.exception("anti_entropy_failed", peer=client.url)
                 continue
             lifecycle.synced(f"anti-entropy reached {client.url}")
-            if adopted:
-                log.info("anti_entropy_repaired", peer=client.url, instances=adopted)
+            if changed:
+                log.info("anti_entropy_repaired", peer=client.url, changed=changed)

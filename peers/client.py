@@ -9,6 +9,7 @@ of the exceptions below, which say what to do next.
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import quote
 
 import aiohttp
 import orjson
@@ -92,6 +93,11 @@ class PeerClient:
             return _object(await self._call("GET", f"apps/{app}"), self.url)
         except _NotFound:
             return None
+
+    async def fetch_removed(self, app: str | None = None) -> dict[str, Any]:
+        """GET peerreplication/removed: the removals the peer remembers (of `app`, or all)."""
+        query = "" if app is None else f"?app={quote(app, safe='')}"
+        return _object(await self._call("GET", "peerreplication/removed" + query), self.url)
 
     async def fetch_digest(self) -> dict[str, Any]:
         """GET peerreplication/digest: the peer's per-application digests."""

@@ -30,12 +30,13 @@ from peers import items
 from peers.client import PeerClient, PeerRefused, PeerUnavailable
 from peers.pending import PendingTasks, Task
 from registry.clock import Clock
-from registry.codec import instance_from_wire
+from registry.codec import instance_from_wire, wire
 from registry.core import Registry
 from registry.errors import BadInput
 from registry.model import ReplicationAction
 from registry.settings import Settings
 from registry.tasks import wait_set
+from registry.tombstones import Tombstone
 
 log = structlog.get_logger()
 
@@ -206,8 +207,16 @@ class Dispatcher:
             if task.action is _A.HEARTBEAT and code == 404:
                 self.stats.reregistered += 1
                 self.enqueue(Task(_A.REGISTER, task.app, task.instance_id, self._clock.monotonic()))
-            elif task.action is _A.HEARTBEAT and code == 409 and isinstance(answer, dict):
+            elif (
+                code == 409
+                and task.action in (_A.HEARTBEAT, _A.CANCEL)
+                and "responseEntity" in answer
+            ):
                 self._adopt(task, answer.get("responseEntity"))
+            elif (
+                code == 409 and task.action is _A.REGISTER and answer.get("error") == "removed_here"
+            ):
+                self._bury(task, answer)
             elif not (task.action is _A.CANCEL and code == 404):  # already gone there: fine
                 self.stats.failed += 1
                 refused[f"{task.action.value} {code}"] += 1
@@ -227,6 +236,26 @@ class Dispatcher:
             self.stats.adopted += 1
             log.info(
                 "replication_conflict_adopted",
+                peer=self.peer.url,
+                app=task.app,
+                instance_id=task.instance_id,
+            )
+
+    def _bury(self, task: Task, answer: dict[str, Any]) -> None:
+        """The peer removed the instance after the copy we sent: remove ours too, unless it
+        has won over that removal since (registry/tombstones.py)."""
+        try:
+            dirty_ms = wire.timestamp(answer.get("lastDirtyTimestamp"), "lastDirtyTimestamp")
+            at_ms = wire.timestamp(answer.get("removedAt"), "removedAt")
+        except BadInput:
+            dirty_ms = at_ms = None
+        if dirty_ms is None or at_ms is None:
+            self.stats.failed += 1
+            return
+        removal = Tombstone(task.app, task.instance_id, dirty_ms, at_ms)
+        if self._registry.bury(removal, now_ms=self._clock.wall_ms()):
+            log.info(
+                "replication_removal_taken",
                 peer=self.peer.url,
                 app=task.app,
                 instance_id=task.instance_id,

@@ -60,11 +60,21 @@ def encode(task: Task, registry: Registry, *, now_ms: int) -> dict[str, Any] | N
             item["overriddenStatus"] = instance.overridden_status.value
         if task.action is _A.REGISTER:
             item["instanceInfo"] = json_codec.instance_dict(lease)
-    elif task.action is not _A.CANCEL:
+    elif task.action is _A.CANCEL:
+        # What was removed and when, so that the peer keeps a copy of its own that is newer,
+        # and remembers the removal (registry/tombstones.py). None: registered again since.
+        removal = registry.tombstones.get(task.app, task.instance_id)
+        if removal is not None:
+            item["lastDirtyTimestamp"] = removal.dirty_ms
+            item["removedAt"] = removal.at_ms
+    else:
         item["lastDirtyTimestamp"] = task.last_dirty_ms
         item["status"] = (task.status or InstanceStatus.UNKNOWN).value
         note = registry.notes.of(task.instance_id, task.status) if task.status else None
         if task.action is _A.STATUS_UPDATE and note is not None:
             item |= note_fields(note)
+        removed_at = registry.notes.removed_at(task.instance_id)
+        if task.action is _A.DELETE_STATUS_OVERRIDE and removed_at is not None:
+            item["overrideRemovedAt"] = removed_at
     item["action"] = task.action.value
     return item

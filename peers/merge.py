@@ -1,17 +1,21 @@
-"""Taking instances from a peer's fetch documents: start-up sync and anti-entropy.
+"""Taking what a peer holds: its removals, then its copies (start-up sync and anti-entropy).
 
-A peer's copy is adopted when ours is missing (and the peer's lease is still alive, and we did
-not remove the instance after its last renewal there), when it is newer by lastDirtyTimestamp,
-or, at the same lastDirtyTimestamp, when it differs in status or override and changed later
-(an admin decision whose replication was lost). Adopted leases keep the peer's last renewal,
-so an instance that died there never gets a new life here. Node clocks are assumed to agree
-to well within a lease (NTP), as in every Eureka deployment.
+The peer's removals come first: each removes our copy unless the copy wins over it, and is
+remembered (registry/tombstones.py, where the rule is). Then a peer's copy is adopted when its
+lease is still alive there and ours is missing (unless a removal we remember wins over it),
+or when it is newer by lastDirtyTimestamp. At the same lastDirtyTimestamp a copy is not taken
+for its override: overrides are decided apart, by when the admins set or removed them
+(`Registry.merge_overrides`), so a copy that merely changed later (a re-registration on a node
+that was cut off) never undoes an admin's decision. Without overrides on either side, a copy
+that differs in status and changed later is taken (the status an admin's removal left).
+Adopted leases keep the peer's last renewal, so an instance that died there never gets a new
+life here.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import structlog
@@ -19,11 +23,14 @@ import structlog
 from registry.codec import instance_from_wire, wire
 from registry.core import Registry
 from registry.errors import BadInput, UnknownInstance
-from registry.model import InstanceInfo, Lease
+from registry.model import InstanceInfo, InstanceStatus, Lease
+from registry.overrides import notes_from_document, removals_from_document
+from registry.tombstones import Tombstone
 
 log = structlog.get_logger()
 
 _CHUNK = 500  # instances adopted between two turns of the event loop
+_UNKNOWN = InstanceStatus.UNKNOWN
 
 
 def applications(document: Mapping[str, Any]) -> list[Mapping[str, Any]]:
@@ -35,21 +42,41 @@ def applications(document: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     return _as_list(found)
 
 
+def removals(document: Mapping[str, Any]) -> list[Tombstone]:
+    """The removals of a `GET peerreplication/removed` answer; an entry that does not read is
+    left out."""
+    found = []
+    for entry in _as_list(document.get("removed")):
+        try:
+            app, iid = wire.text(entry, "appName"), wire.text(entry, "id")
+            dirty_ms = wire.timestamp(entry.get("lastDirtyTimestamp"), "lastDirtyTimestamp")
+            at_ms = wire.timestamp(entry.get("removedAt"), "removedAt")
+        except BadInput as exc:
+            log.warning("peer_removal_unreadable", detail=str(exc))
+            continue
+        if app and iid and dirty_ms is not None and at_ms is not None:
+            found.append(Tombstone(app.upper(), iid, dirty_ms, at_ms))
+    return found
+
+
 async def merge(
     registry: Registry,
     apps: list[Mapping[str, Any]],
     *,
     now_ms: int,
-    deleted: Mapping[str, Mapping[str, int]] | None = None,
+    removed: Iterable[Tombstone] = (),
 ) -> int:
-    """Adopt what the peer's applications hold newer than ours; returns how many were adopted.
-
-    `deleted`: app -> {instance id -> when removed here}. Yields to the loop every few hundred
+    """Take the peer's removals (`removed`), then adopt what its applications hold newer than
+    ours; returns how many instances changed here. Yields to the loop every few hundred
     instances, so a large copy never stalls the node.
     """
     adopted = seen = 0
+    for removal in removed:
+        seen += 1
+        if seen % _CHUNK == 0:
+            await asyncio.sleep(0)
+        adopted += registry.bury(removal, now_ms=now_ms)
     for app in apps:
-        removed = (deleted or {}).get(str(app.get("name", "")).upper(), {})
         for doc in _as_list(app.get("instance", [])):
             seen += 1
             if seen % _CHUNK == 0:
@@ -66,22 +93,36 @@ async def merge(
             renewed = renewed or now_ms
             if renewed + instance.duration_secs * 1000 < now_ms:
                 continue  # its lease has run out there too
-            if _wanted(_ours(registry, instance, now_ms), instance, renewed, removed):
+            if _wanted(_ours(registry, instance, now_ms), instance):
                 adopted += registry.adopt(instance, now_ms=now_ms, last_renewal_ms=renewed)
     return adopted
 
 
-def _wanted(
-    ours: Lease | None, theirs: InstanceInfo, renewed_ms: int, removed: Mapping[str, int]
-) -> bool:
+def take_overrides(registry: Registry, digest: Mapping[str, Any], *, now_ms: int) -> int:
+    """The overrides and override removals a peer's digest answer lists, where later than
+    ours (`Registry.merge_overrides`); how many changed here."""
+    changed = registry.merge_overrides(
+        notes_from_document(digest.get("overrideNotes")),
+        removals_from_document(digest.get("overridesRemoved")),
+        now_ms=now_ms,
+    )
+    if changed:
+        log.info("peer_overrides_taken", overrides=changed)
+    return changed
+
+
+def _wanted(ours: Lease | None, theirs: InstanceInfo) -> bool:
     if ours is None:
-        removed_ms = removed.get(theirs.instance_id)
-        return removed_ms is None or removed_ms < renewed_ms
+        return True  # unless a removal wins over it: `Registry.adopt` asks
     mine = ours.instance
     if theirs.last_dirty_ms != mine.last_dirty_ms:
         return theirs.last_dirty_ms > mine.last_dirty_ms
-    differs = (theirs.status, theirs.overridden_status) != (mine.status, mine.overridden_status)
-    return differs and theirs.last_updated_ms > mine.last_updated_ms
+    return (
+        theirs.overridden_status is _UNKNOWN
+        and mine.overridden_status is _UNKNOWN
+        and theirs.status is not mine.status
+        and theirs.last_updated_ms > mine.last_updated_ms
+    )
 
 
 def _ours(registry: Registry, instance: InstanceInfo, now_ms: int) -> Lease | None:

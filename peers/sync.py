@@ -1,4 +1,6 @@
-"""Start-up sync: copy the registry from a peer before serving reads (contract 11.5, 15).
+"""Start-up sync: copy the registry from a peer before serving reads (contract 11.5, 15):
+its instances, the removals it remembers (so that nothing it removed comes back from here)
+and its overrides.
 
 Attempts go to each peer in turn, with growing pauses, for at most `peer_sync_budget` seconds.
 Reads open as soon as one peer's registry has been copied, or when every peer answers that it
@@ -9,7 +11,6 @@ budget, reads stay closed (403, saying why) until anti-entropy reaches a peer or
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable, Sequence
 
 import structlog
@@ -30,7 +31,6 @@ async def sync_at_start(
     registry: Registry,
     clock: Clock,
     lifecycle: Lifecycle,
-    take_notes: Callable[[object], None],
     *,
     budget: float,
     empty_window: float,
@@ -49,6 +49,8 @@ async def sync_at_start(
         for client in clients:
             try:
                 document = await client.fetch_registry()
+                removed = merge.removals(await client.fetch_removed())
+                digest = await client.fetch_digest()
             except PeerSyncing:
                 starting += 1
                 continue
@@ -56,11 +58,10 @@ async def sync_at_start(
                 problems.append(str(exc))
                 continue
             copied = await merge.merge(
-                registry, merge.applications(document), now_ms=clock.wall_ms()
+                registry, merge.applications(document), now_ms=clock.wall_ms(), removed=removed
             )
-            log.info("peer_sync_done", peer=client.url, instances=copied)
-            with contextlib.suppress(PeerError):  # the notes are worth a try, not a failed sync
-                take_notes((await client.fetch_digest()).get("overrideNotes"))
+            merge.take_overrides(registry, digest, now_ms=clock.wall_ms())
+            log.info("peer_sync_done", peer=client.url, instances=copied, removals=len(removed))
             lifecycle.synced(f"copied {copied} instances from {client.url}")
             return
         if starting == len(clients):

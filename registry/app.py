@@ -48,7 +48,6 @@ from registry.journal import DeltaJournal
 from registry.lifecycle import Lifecycle, Phase
 from registry.loop_lag import LoopLag
 from registry.metrics import METRICS, InstanceCounts, collector_registry
-from registry.overrides import notes_from_document
 from registry.preservation import MINUTE, SelfPreservation
 from registry.ratelimit import FetchLimiter
 from registry.request_stats import RequestStats
@@ -56,7 +55,7 @@ from registry.settings import Settings
 from registry.store.restore import restore, restore_missing
 from registry.store.sqlite import Snapshot
 from registry.store.writer import InstanceKey, StoreWriter
-from registry.tasks import Loops, Pacer
+from registry.tasks import SLICE, Loops, Pacer
 
 __all__ = ["CACHE", "CLOCK", "JOURNAL", "REGISTRY", "SETTINGS", "create_app"]
 
@@ -79,6 +78,8 @@ def create_app(
     registry = Registry(
         legacy_lease_expiry=settings.legacy_lease_expiry,
         sync_when_timestamp_differs=settings.sync_when_timestamp_differs,
+        removal_margin_ms=int(settings.removal_margin * 1000),
+        tombstone_retention_ms=int(settings.tombstone_retention * 1000),
     )
     journal = DeltaJournal(retention_ms=int(settings.delta_retention * 1000))
     cache = ResponseCache(
@@ -207,21 +208,18 @@ def _peers(reload: Reload | None) -> Callable[[web.Application], AsyncIterator[N
         except BaseException:  # a start stopped here: its session is closed again
             await cluster.aclose()
             raise
-
-        def take_notes(listed: object) -> None:
-            """A peer's override notes, for our overrides that lack them (or have older)."""
-            registry.take_notes(notes_from_document(listed))
-
+        if app[RESTORED]:
+            # Restored state is served at once, and brought level with the peers at once:
+            # what they removed or changed while this node was down (peers/anti_entropy.py).
+            cluster.returned.set()
         loops = Loops(clock)
         loops.start(
             lambda: anti_entropy_forever(
                 cluster.clients,
                 registry,
-                app[JOURNAL],
                 app[DIGESTS],
                 clock,
                 lifecycle,
-                take_notes,
                 interval=settings.anti_entropy_interval,
                 soon=cluster.returned,
             ),
@@ -235,7 +233,6 @@ def _peers(reload: Reload | None) -> Callable[[web.Application], AsyncIterator[N
                     registry,
                     clock,
                     lifecycle,
-                    take_notes,
                     budget=settings.peer_sync_budget,
                     empty_window=settings.peer_sync_empty_window,
                 ),
@@ -322,9 +319,11 @@ async def _store(app: web.Application) -> AsyncIterator[None]:
                 Phase.RESTORING, f"restored {app[RESTORED]} instances from {writer.path}"
             )
     retention_ms = int(settings.override_history_retention * 1000)
+    tombstone_retention_ms = int(settings.tombstone_retention * 1000)
 
     async def forget_old_history() -> None:
         await writer.forget_history(before_ms=clock.wall_ms() - retention_ms)
+        await writer.forget_tombstones(before_ms=clock.wall_ms() - tombstone_retention_ms)
 
     loops = Loops(clock)
     loops.every(settings.store_flush_interval, writer.flush_logged, name="store_flush")
@@ -367,13 +366,19 @@ async def _evictor(app: web.Application) -> AsyncIterator[None]:
 
 
 async def _journal_cleaner(app: web.Application) -> AsyncIterator[None]:
-    """Forgets old changes; encodes again what is older than the cache's maximum age;
-    refreshes the read-only cache layer when it is on."""
+    """Forgets changes and removals older than their retention; encodes again what is older
+    than the cache's maximum age; refreshes the read-only cache layer when it is on."""
     clock, journal, cache, catalog = app[CLOCK], app[JOURNAL], app[CACHE], app[CATALOG]
 
+    registry = app[REGISTRY]
+
     async def clean() -> None:
-        if await journal.expire(now_ms=clock.wall_ms(), pacer=Pacer()):
+        now_ms, pacer = clock.wall_ms(), Pacer()
+        if await journal.expire(now_ms=now_ms, pacer=pacer):
             cache.drop_delta()
+        while registry.tombstones.purge(now_ms=now_ms, limit=SLICE):
+            await pacer.pace()
+        registry.notes.purge_removals(before_ms=now_ms - registry.tombstones.retention_ms)
 
     async def refresh() -> None:
         await catalog.refresh(

@@ -23,7 +23,7 @@ from typing import Any, Protocol
 import structlog
 from msgspec.structs import replace
 
-from registry.errors import RegistryError, StaleReplica, UnknownInstance
+from registry.errors import RegistryError, RemovedHere, StaleReplica, UnknownInstance
 from registry.hashcode import hash_of_counts
 from registry.model import (
     ActionType,
@@ -34,6 +34,7 @@ from registry.model import (
     ReplicationAction,
 )
 from registry.overrides import Note, OverrideAction, OverrideChange, OverrideNotes
+from registry.tombstones import Tombstone, Tombstones, copy_wins
 from rules import CHAIN, Decision, decide, interned
 
 log = structlog.get_logger()
@@ -85,13 +86,21 @@ def _admin(action: str, status: InstanceStatus) -> Decision:
 
 class Registry:
     def __init__(
-        self, *, legacy_lease_expiry: bool = False, sync_when_timestamp_differs: bool = True
+        self,
+        *,
+        legacy_lease_expiry: bool = False,
+        sync_when_timestamp_differs: bool = True,
+        removal_margin_ms: int = 10_000,
+        tombstone_retention_ms: int = 3_600_000,
     ) -> None:
         self._apps: dict[str, dict[str, Lease]] = {}
         self._overrides: dict[str, InstanceStatus] = {}
-        # What the admin said with each override (why, when, until when, who): read it here,
-        # change it only through the commands.
+        # What the admin said with each override (why, when, until when, who), and when the
+        # overrides removed were removed: read it here, change it only through the commands.
         self.notes = OverrideNotes()
+        # Instances cancelled or evicted, so no copy of them comes back (registry/tombstones.py).
+        self.tombstones = Tombstones(retention_ms=tombstone_retention_ms)
+        self._margin = removal_margin_ms
         self._listeners: list[Listener] = []
         self._override_listeners: list[OverrideListener] = []
         self._loaded: list[Loaded] = []
@@ -141,9 +150,14 @@ class Registry:
         older: an instance that died there must not get a full new life here. Logged at debug
         level: a deploy registers thousands a second (registry/activity.py sums them up).
         """
-        self.registrations += 1
+        leases = self._apps.get(instance.app)
+        existing = None if leases is None else leases.get(instance.instance_id)
+        if existing is None and len(self.tombstones):
+            self._unbury(
+                instance, is_replication, now_ms if last_renewal_ms is None else last_renewal_ms
+            )
         leases = self._apps.setdefault(instance.app, {})
-        existing = leases.get(instance.instance_id)
+        self.registrations += 1
         registrant = instance
         if existing is not None and existing.instance.last_dirty_ms > instance.last_dirty_ms:
             # Ours is newer than what arrived (a late replica, a stale client): keep ours.
@@ -156,10 +170,9 @@ class Registry:
             )
             registrant = existing.instance
         iid = registrant.instance_id
-        if registrant.overridden_status is not _UNKNOWN and iid not in self._overrides:
-            # How peers hand over an override: it comes in the registration itself.
-            self._overrides[iid] = registrant.overridden_status
-            self._told(_O.SET, registrant.app, iid, now_ms)
+        if registrant.overridden_status is not _UNKNOWN:
+            # How stock Eureka peers hand over an override: it comes in the registration.
+            self._take_override(registrant.app, iid, registrant.overridden_status, now_ms)
         override = self._overrides.get(iid)
         status, decision = decide(
             CHAIN,
@@ -191,11 +204,22 @@ class Registry:
             self.outbox(_A.REGISTER, registrant.app, iid)
         return lease.instance
 
-    def load(self, instances: Iterable[InstanceInfo], *, now_ms: int) -> int:
+    def load(
+        self,
+        instances: Iterable[InstanceInfo],
+        *,
+        now_ms: int,
+        renewals: Iterable[int] | None = None,
+    ) -> int:
         """Register many instances at once into an empty registry, as registrations from a
         peer would (a warm restart of 100 000 instances). Each gets what `register` would give
         it, but there is no event: listeners are told once, by their `loaded` hook, and the
-        index moves by one per instance as it would. Returns how many."""
+        index moves by one per instance as it would. Returns how many.
+
+        `renewals` (one per instance, a store's): the leases keep these last renewals, which
+        peers weigh against their removals, and get a lease duration from `now_ms` of grace
+        to be renewed before eviction may take them."""
+        renewed = iter(renewals) if renewals is not None else None
         if self._apps:
             raise RegistryError("a bulk load is for an empty registry")
         overrides = self._overrides
@@ -206,14 +230,14 @@ class Registry:
         for instance in instances:
             iid = instance.instance_id
             leases = self._apps.setdefault(instance.app, {})
+            renewal = now_ms if renewed is None else min(next(renewed), now_ms)
             if iid in leases:  # met twice: the second is a re-registration, as ever
                 self.register(instance, now_ms=now_ms, is_replication=True)
                 continue
             if instance.overridden_status is not _UNKNOWN and iid not in overrides:
                 # A row carrying an override its store's table lacks (written by a release
                 # that could leave them apart): in force, and told, so the store gets it back.
-                overrides[iid] = instance.overridden_status
-                self._told(_O.SET, instance.app, iid, now_ms)
+                self._take_override(instance.app, iid, instance.overridden_status, now_ms)
             override = overrides.get(iid)
             decided = decisions.get((instance.status, override))
             if decided is None:
@@ -227,13 +251,15 @@ class Registry:
                 or instance.last_updated_ms != now_ms
             ):
                 instance = _registered(instance, status, override, now_ms)
+            duration_ms = instance.duration_secs * 1000
             leases[iid] = Lease(
                 instance=instance,
-                duration_ms=instance.duration_secs * 1000,
+                duration_ms=duration_ms,
                 registration_ms=now_ms,
-                last_renewal_ms=now_ms,
+                last_renewal_ms=renewal,
                 service_up_ms=now_ms if status is _UP else 0,
                 decision=decision,
+                grace_until_ms=0 if renewed is None else now_ms + duration_ms,
             )
             self._statuses[status] += 1
             count += 1
@@ -249,36 +275,57 @@ class Registry:
         overrides: Mapping[str, InstanceStatus],
         index: int,
         notes: Iterable[tuple[str, Note]] = (),
+        *,
+        tombstones: Iterable[Tombstone] = (),
+        override_removals: Iterable[tuple[str, str, int]] = (),
     ) -> None:
-        """Take a store's overrides, their notes and index (a warm restart), before its
-        instances come back: restored instances then show their overrides, and the index never
-        goes backwards. No override subscriber is told: the store holds them already (see
-        `load` for what its instances may carry beyond them)."""
+        """Take a store's overrides, their notes, override removals, tombstones and index (a
+        warm restart), before its instances come back: restored instances then show their
+        overrides, and the index never goes backwards. No subscriber is told: the store holds
+        them already (see `load` for what its instances may carry beyond them)."""
+        for iid, app, at_ms in override_removals:
+            self.notes.removed(iid, app, at_ms)
         self._overrides.update(overrides)
         for iid, note in notes:
             self.notes.note(iid, note)
+        for tombstone in tombstones:
+            self.tombstones.put(tombstone)
         self.index = max(self.index, index)
 
     def adopt(self, instance: InstanceInfo, *, now_ms: int, last_renewal_ms: int) -> bool:
-        """Take a peer's copy of an instance as ours, override included (contract 11.4).
+        """Take a peer's copy of an instance as ours (contract 11.4), renewed when it says.
 
         For copies the peer holds newer data for: its answer to our heartbeat (409), start-up
         sync and anti-entropy. Applied as a replication, so it is not sent back out. A copy
-        older than ours (by lastDirtyTimestamp) is refused: returns False.
+        older than ours (by lastDirtyTimestamp), or one that loses to our removal of the
+        instance (registry/tombstones.py), is refused: returns False. The copy's override is
+        taken only where this node has none and removed none (see `merge_overrides`: overrides
+        are decided by when the admin set or removed them, not by whose copy is newer).
         """
-        iid = instance.instance_id
-        existing = self._apps.get(instance.app, {}).get(iid)
+        existing = self._apps.get(instance.app, {}).get(instance.instance_id)
         if existing is not None and existing.instance.last_dirty_ms > instance.last_dirty_ms:
             return False
-        theirs = instance.overridden_status
-        if theirs is _UNKNOWN:
-            if self._overrides.pop(iid, None) is not None:
-                self.notes.forget(iid)
-                self._told(_O.DELETED, instance.app, iid, now_ms)
-        elif self._overrides.get(iid) is not theirs:
-            self._overrides[iid] = theirs
-            self._told(_O.SET, instance.app, iid, now_ms)
-        self.register(instance, now_ms=now_ms, is_replication=True, last_renewal_ms=last_renewal_ms)
+        try:
+            self.register(
+                instance, now_ms=now_ms, is_replication=True, last_renewal_ms=last_renewal_ms
+            )
+        except RemovedHere:
+            return False
+        return True
+
+    def bury(self, removal: Tombstone, *, now_ms: int) -> bool:
+        """A peer's removal of an instance (anti-entropy, start-up sync): our copy goes unless
+        it wins over the removal (registry/tombstones.py); the removal is remembered either
+        way it does not lose. Returns whether our copy went."""
+        lease = self._apps.get(removal.app, {}).get(removal.instance_id)
+        if lease is None:
+            self.tombstones.put(removal)
+            return False
+        if copy_wins(lease.instance.last_dirty_ms, self._renewed(lease), removal, self._margin):
+            return False
+        self._remove(lease, now_ms, removal)
+        self.cancels += 1
+        log.debug("instance_buried", app=removal.app, instance_id=removal.instance_id)
         return True
 
     def renew(
@@ -333,11 +380,26 @@ class Registry:
         now_ms: int,
         is_replication: bool = False,
         by: str | None = None,
+        removal: Tombstone | None = None,
     ) -> None:
         """Deregister an instance (contract 6.4). Its override stays (unlike Eureka's): an
         admin's decision is removed by the admin plane or its expiry, never by a client's
-        cancel and re-registration. The override's history records the cancel, and `by`."""
-        self._remove(self._lease(app, instance_id), now_ms)
+        cancel and re-registration. The override's history records the cancel, and `by`.
+
+        `removal`: what a peer's cancel says it removed, and when. Our copy wins over it when
+        it is newer by the rule of registry/tombstones.py (StaleReplica: the peer takes our
+        copy); an instance not held here is remembered as removed (then UnknownInstance).
+        """
+        lease = self._apps.get(app, {}).get(instance_id)
+        if lease is None:
+            if removal is not None:
+                self.tombstones.put(removal)
+            raise UnknownInstance(f"no instance {instance_id!r} in application {app!r}")
+        if removal is not None and copy_wins(
+            lease.instance.last_dirty_ms, self._renewed(lease), removal, self._margin
+        ):
+            raise StaleReplica(lease)
+        self._remove(lease, now_ms, removal)
         self.cancels += 1
         if instance_id in self._overrides:
             self._told(_O.INSTANCE_CANCELLED, app, instance_id, now_ms, by)
@@ -364,8 +426,18 @@ class Registry:
         Unlike Eureka the override is stored even when the instance already has that status, so
         the admin's decision survives the instance's own status changes. A repeated call is
         replicated again, which lets an admin re-send a decision a peer may have missed.
+
+        A peer's call older than this node's own last word on the override (set or removed
+        later, by the notes' times) changes nothing: every node keeps the latest.
         """
         lease = self._live_lease(app, instance_id, now_ms)
+        if (
+            is_replication
+            and note is not None
+            and not self._override_older(instance_id, note.set_ms)
+        ):
+            log.info("override_older_than_ours", app=app, instance_id=instance_id)
+            return
         lease.renew(now_ms, self._legacy)
         self._set_override(lease, status, now_ms, last_dirty_ms)
         if note is not None:
@@ -407,6 +479,7 @@ class Registry:
         last_dirty_ms: int | None = None,
         is_replication: bool = False,
         by: str | None = None,
+        removed_ms: int | None = None,
     ) -> None:
         """Remove an admin override (contract 6.6), leaving `status` behind it; `by` is the
         admin, for its history.
@@ -414,16 +487,25 @@ class Registry:
         The default UNKNOWN makes the next heartbeat answer 404, so the client re-registers
         and its own status takes over again. The override of an instance that is gone
         (cancelled, evicted, its lease lapsed) is removed too; with neither, UnknownInstance.
+        `removed_ms`: when a peer's admin removed it; an override set here later stays.
         """
+        at_ms = now_ms if removed_ms is None else removed_ms
+        if (
+            is_replication
+            and removed_ms is not None
+            and not self._override_older(instance_id, removed_ms)
+        ):
+            log.info("override_older_than_ours", app=app, instance_id=instance_id)
+            return
         if not self._holds(app, instance_id, now_ms) and instance_id in self._overrides:
-            self._delete_gone(app, instance_id, now_ms, status, last_dirty_ms, by)
+            self._delete_gone(app, instance_id, now_ms, status, last_dirty_ms, by, at_ms)
             if self.outbox is not None and not is_replication:
                 self.outbox(_A.DELETE_STATUS_OVERRIDE, app, instance_id, status, last_dirty_ms)
             return
         lease = self._live_lease(app, instance_id, now_ms)
         lease.renew(now_ms, self._legacy)
-        self.notes.forget(instance_id)
         if self._overrides.pop(instance_id, None) is not None:
+            self.notes.removed(instance_id, app, at_ms)
             self._told(_O.DELETED, app, instance_id, now_ms, by)
             self._override_deleted(lease, status, now_ms, last_dirty_ms)
             log.info("override_deleted", app=app, instance_id=instance_id, status=status.value)
@@ -440,6 +522,7 @@ class Registry:
         status: InstanceStatus,
         last_dirty_ms: int | None,
         by: str | None,
+        at_ms: int,
     ) -> None:
         """The override of an instance no live lease in `app` holds. One that another
         application's live instance holds is not this call's; a lapsed lease loses it too, so
@@ -453,7 +536,7 @@ class Registry:
                 f"no instance {instance_id!r} in {app!r} (it is in {elsewhere!r})"
             )
         del self._overrides[instance_id]
-        self.notes.forget(instance_id)
+        self.notes.removed(instance_id, app, at_ms)
         self._told(_O.DELETED, app, instance_id, now_ms, by)
         lapsed = self._apps.get(app, {}).get(instance_id)
         if lapsed is not None:
@@ -496,22 +579,14 @@ class Registry:
         (status UNKNOWN, so the next heartbeat re-registers), without renewing the lease, even
         if it has lapsed. Returns the application of the instance it was on, or None when no
         instance holds the id (it was evicted: the override just goes)."""
-        status = self._overrides.pop(instance_id, None)
+        status = self._overrides.get(instance_id)
         note = None if status is None else self.notes.of(instance_id, status)
-        self.notes.forget(instance_id)
-        if status is None:
-            return None
-        lease = next(
-            (found for leases in self._apps.values() if (found := leases.get(instance_id))),
-            None,
-        )
-        app = lease.instance.app if lease is not None else note.app if note is not None else ""
-        self._told(_O.EXPIRED, app, instance_id, now_ms)
+        # Removed as of its expiry, the same moment on every node.
+        at_ms = note.expires_ms if note is not None and note.expires_ms is not None else now_ms
+        lease = self._drop_override(instance_id, _O.EXPIRED, now_ms, at_ms)
         if lease is None:
             return None
         instance = lease.instance
-        lease.decision = _admin("an override's expiry", _UNKNOWN)
-        self._change(lease, now_ms, status=_UNKNOWN, overridden_status=_UNKNOWN)
         log.info("override_expired", app=instance.app, instance_id=instance_id)
         if self.outbox is not None:
             self.outbox(
@@ -522,6 +597,65 @@ class Registry:
                 instance.last_dirty_ms,
             )
         return instance.app
+
+    def _drop_override(
+        self, instance_id: str, action: OverrideAction, now_ms: int, at_ms: int
+    ) -> Lease | None:
+        """Remove an override (removed as of `at_ms`) and leave its instance UNKNOWN, so that
+        the next heartbeat re-registers; the instance's lease, None when no instance holds it."""
+        status = self._overrides.pop(instance_id, None)
+        if status is None:
+            return None
+        note = self.notes.of(instance_id, status)
+        lease = next(
+            (found for leases in self._apps.values() if (found := leases.get(instance_id))),
+            None,
+        )
+        app = lease.instance.app if lease is not None else note.app if note is not None else ""
+        self.notes.removed(instance_id, app, at_ms)
+        self._told(action, app, instance_id, now_ms)
+        if lease is not None:
+            why = "an override's expiry" if action is _O.EXPIRED else "a peer's override removal"
+            lease.decision = _admin(why, _UNKNOWN)
+            self._change(lease, now_ms, status=_UNKNOWN, overridden_status=_UNKNOWN)
+        return lease
+
+    def merge_overrides(
+        self,
+        notes: Iterable[tuple[str, Note]],
+        removals: Iterable[tuple[str, str, int]],
+        *,
+        now_ms: int,
+    ) -> int:
+        """A peer's overrides (their notes) and override removals (id, app, when): each one
+        later than this node's own last word on that instance's override is taken, so that
+        after a partition every node holds the latest decision, whichever side made it.
+        Applied as a replication (not sent on). Returns how many changed here."""
+        changed = 0
+        for iid, note in notes:
+            if not self._override_older(iid, note.set_ms):
+                continue
+            if self._overrides.get(iid) is note.status:  # the same decision: its newer note
+                self.notes.note(iid, note)
+                self._told(_O.SET, note.app, iid, note.set_ms, note.by)
+            else:
+                self._overrides[iid] = note.status
+                self.notes.note(iid, note)
+                self._told(_O.SET, note.app, iid, now_ms, note.by)
+                lease = self._apps.get(note.app, {}).get(iid)
+                if lease is not None:
+                    self._set_override(lease, note.status, now_ms, None)
+            changed += 1
+        for iid, app, at_ms in removals:
+            if not self._override_older(iid, at_ms):
+                continue
+            if iid in self._overrides:
+                self._drop_override(iid, _O.DELETED, now_ms, at_ms)
+                log.info("override_deleted", app=app, instance_id=iid, by="peer")
+                changed += 1
+            else:
+                self.notes.removed(iid, app, at_ms)
+        return changed
 
     def update_metadata(
         self, app: str, instance_id: str, entries: Mapping[str, str], *, now_ms: int
@@ -542,7 +676,9 @@ class Registry:
         lease = self._apps.get(app, {}).get(instance_id)
         if lease is None or not lease.is_expired(now_ms, extra_ms):
             return False
-        self._remove(lease, now_ms)
+        # All an eviction knows is that no renewal came after the last one seen here.
+        seen = Tombstone(app, instance_id, lease.instance.last_dirty_ms, self._renewed(lease))
+        self._remove(lease, now_ms, seen)
         self.evictions += 1
         log.info(
             "lease_evicted",
@@ -618,6 +754,44 @@ class Registry:
             raise UnknownInstance(f"the lease of {app}/{instance_id} has expired")
         return lease
 
+    def _override_older(self, instance_id: str, at_ms: int) -> bool:
+        """Whether this node's last word on the instance's override (set, or removed) is
+        older than `at_ms` (or it has none). An override without a note (taken from a stock
+        peer's copy) has no known time: any decision with one is newer."""
+        status = self._overrides.get(instance_id)
+        if status is not None:
+            note = self.notes.of(instance_id, status)
+            return note is None or note.set_ms < at_ms
+        removed_ms = self.notes.removed_at(instance_id)
+        return removed_ms is None or removed_ms < at_ms
+
+    def _take_override(
+        self, app: str, instance_id: str, status: InstanceStatus, now_ms: int
+    ) -> None:
+        """An override a copy carries (a stock peer's registration or heartbeat, a store row):
+        taken where this node holds none and removed none, since its time is unknown."""
+        if instance_id in self._overrides or self.notes.removed_at(instance_id) is not None:
+            return
+        self._overrides[instance_id] = status
+        self._told(_O.SET, app, instance_id, now_ms)
+
+    def _renewed(self, lease: Lease) -> int:
+        """When the lease was last renewed: the evidence of life a removal is weighed against
+        (legacy expiry stores the renewal a duration ahead)."""
+        return lease.last_renewal_ms - lease.duration_ms if self._legacy else lease.last_renewal_ms
+
+    def _unbury(self, instance: InstanceInfo, is_replication: bool, renewed_ms: int) -> None:
+        """An instance registers where a removal of it is remembered. A client's own
+        registration always wins; a peer's copy only by the rule (RemovedHere otherwise)."""
+        removal = self.tombstones.get(instance.app, instance.instance_id)
+        if removal is None:
+            return
+        if is_replication and not copy_wins(
+            instance.last_dirty_ms, renewed_ms, removal, self._margin
+        ):
+            raise RemovedHere(removal)
+        self.tombstones.lift(instance.app, instance.instance_id)
+
     def _compare_dirty(
         self,
         lease: Lease,
@@ -630,10 +804,9 @@ class Registry:
         if last_dirty_ms > ours:
             if is_replication and overridden_status not in (None, _UNKNOWN):
                 instance = lease.instance
-                if self._overrides.get(instance.instance_id) is not overridden_status:
-                    self._overrides[instance.instance_id] = overridden_status
-                    self._told(_O.SET, instance.app, instance.instance_id, now_ms)
-                self._change(lease, now_ms, overridden_status=overridden_status)
+                self._take_override(instance.app, instance.instance_id, overridden_status, now_ms)
+                if self._overrides.get(instance.instance_id) is overridden_status:
+                    self._change(lease, now_ms, overridden_status=overridden_status)
             raise UnknownInstance(
                 f"{lease.instance.app}/{lease.instance.instance_id}: the caller's data is newer "
                 f"({last_dirty_ms} > {ours}), re-register"
@@ -648,8 +821,12 @@ class Registry:
         )
         self._emit(ActionType.MODIFIED, lease, now_ms, previous)
 
-    def _remove(self, lease: Lease, now_ms: int) -> None:
+    def _remove(self, lease: Lease, now_ms: int, removal: Tombstone | None = None) -> None:
+        """The lease goes, and a tombstone stays: `removal`'s, or a removal made now."""
         instance = lease.instance
+        self.tombstones.put(
+            removal or Tombstone(instance.app, instance.instance_id, instance.last_dirty_ms, now_ms)
+        )
         leases = self._apps[instance.app]
         del leases[instance.instance_id]
         if not leases:

@@ -14,7 +14,8 @@ RegistryError               500  a bug: never raised on purpose for bad input
 │   └── NotSynced           403  ... because it has not copied the registry from its peers yet
 ├── IndexExpired            410  a watch or long-poll asks for changes no longer kept
 ├── StoreUnavailable        503  an override is in force but could not be written to disk yet
-└── StaleReplica            409  a peer holds older data than ours; it gets our copy
+├── StaleReplica            409  a peer holds older data than ours; it gets our copy
+└── RemovedHere             409  a peer's copy of an instance removed here after it
 
 An error may carry response headers (`headers`): the 401's challenge, the 429's Retry-After.
 """
@@ -27,6 +28,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from registry.model import Lease
+    from registry.tombstones import Tombstone
 
 
 class RegistryError(Exception):
@@ -108,3 +110,14 @@ class StaleReplica(RegistryError):
             f"(lastDirtyTimestamp {lease.instance.last_dirty_ms})"
         )
         self.lease = lease
+
+
+class RemovedHere(RegistryError):
+    """A peer's copy loses to this node's newer removal of the instance (registry.tombstones)."""
+
+    def __init__(self, removal: Tombstone) -> None:
+        super().__init__(
+            f"{removal.app}/{removal.instance_id} was removed here at {removal.at_ms} "
+            f"(lastDirtyTimestamp {removal.dirty_ms}), after the copy sent"
+        )
+        self.removal = removal

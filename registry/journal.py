@@ -201,18 +201,6 @@ class DeltaJournal:
         entries = self.after(index)
         return None if entries is None else grouped(entries)
 
-    def deleted(self, app: str) -> dict[str, int]:
-        """Instance id -> when it was last removed, for the instances of `app` removed within
-        the window (so anti-entropy does not bring back what was just cancelled here)."""
-        changed = self._changed.get(app)
-        if changed is None:
-            return {}
-        return {
-            iid: entry.at_ms
-            for iid, entry in changed.members.items()
-            if entry.action is ActionType.DELETED
-        }
-
     def __len__(self) -> int:
         return len(self._entries)
 

@@ -132,6 +132,9 @@ class Lease:
     service_up_ms: int = 0
     eviction_ms: int = 0
     decision: Decision | None = None  # why the instance has its status (GET status/explain)
+    # Not expired before this time, whatever its last renewal: the grace a restored lease gets
+    # to be renewed, kept apart from its last renewal, which stays the evidence peers weigh.
+    grace_until_ms: int = 0
 
     def renew(self, now_ms: int, legacy: bool = False) -> None:
         """Record a heartbeat.
@@ -142,8 +145,12 @@ class Lease:
         self.last_renewal_ms = now_ms + self.duration_ms if legacy else now_ms
 
     def is_expired(self, now_ms: int, extra_ms: int = 0) -> bool:
-        """Cancelled, or not renewed for longer than its duration (plus `extra_ms` of grace)."""
-        return self.eviction_ms > 0 or now_ms > self.last_renewal_ms + self.duration_ms + extra_ms
+        """Cancelled, or not renewed for longer than its duration (plus `extra_ms` of grace)
+        and out of its restored grace."""
+        return self.eviction_ms > 0 or (
+            now_ms > self.last_renewal_ms + self.duration_ms + extra_ms
+            and now_ms > self.grace_until_ms
+        )
 
     def snapshot(self) -> LeaseSnapshot:
         return LeaseSnapshot(

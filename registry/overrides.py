@@ -58,14 +58,44 @@ class OverrideChange:
 
 
 class OverrideNotes:
+    """The notes of the overrides in force, and when each override removed was removed (an
+    admin's delete, an expiry): with the notes' times, what decides which of two nodes holds
+    the later decision on an instance's override."""
+
     def __init__(self) -> None:
         self._notes: dict[str, Note] = {}
+        self._removed: dict[str, tuple[str, int]] = {}  # instance id -> (app, when)
 
     def note(self, instance_id: str, note: Note) -> None:
         self._notes[instance_id] = note
+        self._removed.pop(instance_id, None)
 
     def forget(self, instance_id: str) -> None:
         self._notes.pop(instance_id, None)
+
+    def removed(self, instance_id: str, app: str, at_ms: int) -> None:
+        """The override of `instance_id` was removed at `at_ms` (the latest time is kept)."""
+        self._notes.pop(instance_id, None)
+        earlier = self._removed.get(instance_id)
+        if earlier is None or earlier[1] < at_ms:
+            self._removed[instance_id] = (app, at_ms)
+
+    def removed_at(self, instance_id: str) -> int | None:
+        """When the override of `instance_id` was removed, if that is remembered."""
+        found = self._removed.get(instance_id)
+        return None if found is None else found[1]
+
+    def removals(self) -> Iterator[tuple[str, str, int]]:
+        """(instance id, app, when) of each override removal remembered."""
+        for iid, (app, at_ms) in self._removed.items():
+            yield iid, app, at_ms
+
+    def purge_removals(self, *, before_ms: int) -> int:
+        """Forget removals older than `before_ms` (a retention); how many went."""
+        old = [iid for iid, (_, at_ms) in self._removed.items() if at_ms < before_ms]
+        for iid in old:
+            del self._removed[iid]
+        return len(old)
 
     def of(self, instance_id: str, status: InstanceStatus) -> Note | None:
         """The note for the override `status` now in force on `instance_id`, if it has one."""
@@ -138,6 +168,27 @@ def notes_document(notes: OverrideNotes, overrides: Mapping[str, InstanceStatus]
         {"id": iid, "appName": note.app, "status": note.status.value, **note_fields(note)}
         for iid, note in notes.in_force(overrides)
     ]
+
+
+def removals_document(notes: OverrideNotes) -> list[Any]:
+    """The override removals remembered, as a peer reads them (the digest answer)."""
+    return [{"id": iid, "appName": app, "removedAt": at} for iid, app, at in notes.removals()]
+
+
+def removals_from_document(listed: object) -> list[tuple[str, str, int]]:
+    """A peer's `removals_document`; an entry that does not read is left out."""
+    removals = []
+    for entry in listed if isinstance(listed, list) else ():
+        if not isinstance(entry, Mapping):
+            continue
+        try:
+            iid, app = wire.text(entry, "id"), wire.text(entry, "appName")
+            at_ms = wire.timestamp(entry.get("removedAt"), "removedAt")
+        except BadInput:
+            continue
+        if iid and app and at_ms is not None:
+            removals.append((iid, app, at_ms))
+    return removals
 
 
 def notes_from_document(listed: object) -> list[tuple[str, Note]]:

@@ -86,6 +86,12 @@ class Settings:
     peer_sync_budget: float = 30 * SECONDS  # start-up copy from peers: total time for attempts
     peer_sync_empty_window: float = 5 * MINUTES  # reads answer 403 at most this long
     anti_entropy_interval: float = 30 * SECONDS
+    # Removals are remembered this long, so that no path brings a removed instance back
+    # (registry/tombstones.py): well beyond an outage, and beyond any lease a copy could hold.
+    tombstone_retention: float = 60 * MINUTES
+    # A copy with the same lastDirtyTimestamp as a removal wins over it only when it was
+    # renewed this much later: more than the nodes' clocks may differ (NTP: milliseconds).
+    removal_margin: float = 10 * SECONDS
     # Persistence: the registry and overrides in SQLite, so a restart loses nothing
     store: bool = True
     data_dir: str = "data"  # the database is data_dir/registry.db
@@ -125,6 +131,7 @@ class Settings:
             "peer_sync_budget",
             "peer_sync_empty_window",
             "anti_entropy_interval",
+            "tombstone_retention",
             "store_flush_interval",
             "store_busy_timeout",
             "override_history_retention",
@@ -137,6 +144,10 @@ class Settings:
                 raise SettingsError(
                     f"{key}: must be above 0 and at most 1, not {getattr(self, key)}"
                 )
+        if not 0 <= self.removal_margin <= self.max_clock_skew:
+            raise SettingsError(
+                f"removal_margin: must be from 0 to max_clock_skew, not {self.removal_margin}"
+            )
         for key in ("self_preservation_min_instances", "gc_freeze_interval"):
             if getattr(self, key) < 0:
                 raise SettingsError(f"{key}: must not be negative")

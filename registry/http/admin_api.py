@@ -12,6 +12,7 @@ from registry.codec import wire
 from registry.core import Registry
 from registry.errors import BadInput, NotServed, StoreUnavailable, UnknownInstance
 from registry.http import auth, params
+from registry.http.durability import committed
 from registry.model import InstanceStatus
 from registry.overrides import Note
 from rules import CHAIN, trace
@@ -32,7 +33,7 @@ async def set_status_override(request: web.Request) -> web.Response:
         is_replication=params.is_replication(request),
         note=Note(app, status, reason, now_ms, expires_ms, by=_admin(request)),
     )
-    await _committed(request)
+    await committed(request, "override")
     return web.Response()
 
 
@@ -49,7 +50,7 @@ async def delete_status_override(request: web.Request) -> web.Response:
         is_replication=params.is_replication(request),
         by=_admin(request),
     )
-    await _committed(request)
+    await committed(request, "override")
     return web.Response()
 
 
@@ -176,18 +177,3 @@ def _app_of(registry: Registry, instance_id: str) -> str | None:
         return registry.find(instance_id, now_ms=0).instance.app
     except UnknownInstance:
         return None
-
-
-async def _committed(request: web.Request) -> None:
-    """An admin's decision is on disk before it is acknowledged (when the store is on)."""
-    writer = request.app[WRITER]
-    if writer is None:
-        return
-    try:
-        await writer.flush()
-    except Exception as exc:
-        raise StoreUnavailable(
-            "the override is in force on this node (and sent to its peers) but could not be "
-            f"written to disk ({type(exc).__name__}: {exc}); it is written when the store "
-            "recovers, and lost if this node stops before then"
-        ) from None

@@ -199,8 +199,14 @@ PEER_BATCH = _op(
     requestBody={"required": True, "content": {"application/json": {}}},
 )
 PEER_DIGEST = _op(
-    "Per-application digests, for anti-entropy, and the notes of the overrides in force",
+    "Per-application digests, for anti-entropy, the notes of the overrides in force and the "
+    "override removals remembered",
     {"200": _JSON_DOC},
+)
+PEER_REMOVED = _op(
+    "The removals (cancels, evictions) this node remembers, of one application or all",
+    {"200": _JSON_DOC},
+    parameters=[_query("app", "only this application's")],
 )
 STATUS_OVERRIDES = _op("Overrides in force, id -> status (as Netflix's server)", {"200": _JSON_DOC})
 HEALTHZ = _op("The process is alive", {"200": _JSON_DOC})

@@ -11,6 +11,7 @@ from registry.clock import Clock
 from registry.codec import instance_from_wire, wire
 from registry.core import Registry
 from registry.http import auth, params
+from registry.http.durability import committed
 from registry.http.negotiation import read_document
 from registry.model import InstanceStatus
 
@@ -73,4 +74,6 @@ async def cancel(request: web.Request) -> web.Response:
     now_ms, replication = request.app[CLOCK].wall_ms(), params.is_replication(request)
     by = None if replication else auth.principal(request)
     registry.cancel(app, iid, now_ms=now_ms, is_replication=replication, by=by)
+    if not replication:  # the peer that sent it kept it before it was sent
+        await committed(request, "cancel")
     return web.Response()

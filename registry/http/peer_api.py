@@ -8,12 +8,22 @@ answer in the same order, and a bad item never stops the rest of the batch:
 
     200  applied
     404  no such instance (a heartbeat's sender then sends the full registration)
-    409  our copy is newer; `responseEntity` carries it, for the sender to adopt
+    409  our copy is newer; `responseEntity` carries it, for the sender to adopt; or
+         (`"error": "removed_here"`) we removed the instance after the copy sent, and
+         `removedAt` and `lastDirtyTimestamp` say so, for the sender to remove it too
     400  the item is malformed (Eureka would answer 200 or 500); `error` and `detail` say why
 
 A body that is not a replication batch at all is a 400 for the whole request.
 
-GET peerreplication/digest: per-application digests (peers/digest.py).
+GET peerreplication/digest: per-application digests (peers/digest.py), with the overrides'
+notes and the override removals remembered.
+
+GET peerreplication/removed[?app=APP]: the removals remembered (registry/tombstones.py), of
+one application or all, for anti-entropy and start-up sync.
+
+Fields of ours in the items (stock Eureka peers ignore them): a Cancel carries the
+`lastDirtyTimestamp` of the copy it removed and `removedAt`; a DeleteStatusOverride carries
+`overrideRemovedAt`; a StatusUpdate the override's note (registry/overrides.py).
 """
 
 from __future__ import annotations
@@ -33,8 +43,9 @@ from registry.http import params
 from registry.http.error_handling import status_for
 from registry.http.negotiation import read_document
 from registry.model import InstanceStatus, ReplicationAction
-from registry.overrides import note_from, notes_document
+from registry.overrides import note_from, notes_document, removals_document
 from registry.tasks import Pacer
+from registry.tombstones import Tombstone
 
 log = structlog.get_logger()
 
@@ -71,12 +82,33 @@ async def digests(request: web.Request) -> web.Response:
     """`{"index": N, "applications": {"APP": "hex", ...}, "overrideNotes": [...]}`: the
     notes of the overrides in force go along, for the peer to take those it lacks."""
     registry = request.app[REGISTRY]
+    applications = await request.app[DIGESTS].current(Pacer())
     body = {
         "index": registry.index,
-        "applications": request.app[DIGESTS].current(),
+        "applications": applications,
         "overrideNotes": notes_document(registry.notes, registry.overrides()),
+        "overridesRemoved": removals_document(registry.notes),
     }
     return web.Response(body=orjson.dumps(body), content_type="application/json")
+
+
+async def removed(request: web.Request) -> web.Response:
+    """`{"removed": [{"appName", "id", "lastDirtyTimestamp", "removedAt"}, ...]}`: the
+    removals this node remembers, of the application `app` names, or of all."""
+    tombstones = request.app[REGISTRY].tombstones
+    app = params.query_value(params.query_string(request), "app")
+    chosen = tombstones if app is None else tombstones.of(app.upper())
+    body = {"removed": [removal_item(t) for t in chosen]}
+    return web.Response(body=orjson.dumps(body), content_type="application/json")
+
+
+def removal_item(removal: Tombstone) -> dict[str, Any]:
+    return {
+        "appName": removal.app,
+        "id": removal.instance_id,
+        "lastDirtyTimestamp": removal.dirty_ms,
+        "removedAt": removal.at_ms,
+    }
 
 
 def answer(registry: Registry, item: object, now_ms: int, skew_ms: int) -> dict[str, Any]:
@@ -85,6 +117,8 @@ def answer(registry: Registry, item: object, now_ms: int, skew_ms: int) -> dict[
         apply(registry, item, now_ms, skew_ms)
     except errors.StaleReplica as stale:
         return {"statusCode": 409, "responseEntity": json_codec.instance_dict(stale.lease)}
+    except errors.RemovedHere as exc:
+        return {"statusCode": 409, "error": exc.code, **removal_item(exc.removal)}
     except errors.RegistryError as exc:
         code = status_for(exc)
         if code == 500:
@@ -124,14 +158,29 @@ def apply(registry: Registry, item: object, now_ms: int, skew_ms: int) -> None:
             now_ms=now_ms,
             skew_ms=skew_ms,
         )
-        registry.register(instance, now_ms=now_ms, is_replication=True)
+        # The sender's last renewal: what a removal here is weighed against (a stock peer
+        # sends none; its registration counts as made now).
+        lease_info = info.get("leaseInfo") if isinstance(info, Mapping) else None
+        renewed = wire.timestamp(
+            lease_info.get("lastRenewalTimestamp") if isinstance(lease_info, Mapping) else None,
+            "instanceInfo.leaseInfo.lastRenewalTimestamp",
+        )
+        registry.register(
+            instance, now_ms=now_ms, is_replication=True, last_renewal_ms=renewed or now_ms
+        )
     elif action is _A.HEARTBEAT:
         overridden = wire.status(
             item.get("overriddenStatus"), "overriddenStatus", default=InstanceStatus.UNKNOWN
         )
         registry.renew(app, iid, now_ms, True, last_dirty_ms, overridden)
     elif action is _A.CANCEL:
-        registry.cancel(app, iid, now_ms=now_ms, is_replication=True)
+        removed_at = wire.timestamp(item.get("removedAt"), "removedAt")
+        removal = (
+            None
+            if removed_at is None or last_dirty_ms is None
+            else Tombstone(app, iid, last_dirty_ms, min(removed_at, now_ms + skew_ms))
+        )
+        registry.cancel(app, iid, now_ms=now_ms, is_replication=True, removal=removal)
     elif action is _A.STATUS_UPDATE:
         status = wire.status(item.get("status"), "status", default=InstanceStatus.UNKNOWN)
         if status is InstanceStatus.UNKNOWN:
@@ -148,8 +197,15 @@ def apply(registry: Registry, item: object, now_ms: int, skew_ms: int) -> None:
         )
     else:
         status = wire.status(item.get("status"), "status", default=InstanceStatus.UNKNOWN)
+        removed_at = wire.timestamp(item.get("overrideRemovedAt"), "overrideRemovedAt")
         registry.delete_status_override(
-            app, iid, now_ms=now_ms, status=status, last_dirty_ms=last_dirty_ms, is_replication=True
+            app,
+            iid,
+            now_ms=now_ms,
+            status=status,
+            last_dirty_ms=last_dirty_ms,
+            is_replication=True,
+            removed_ms=removed_at,
         )
 
 

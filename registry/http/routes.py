@@ -135,6 +135,9 @@ VERSIONED: dict[str, dict[str, Route]] = {
     "/peerreplication/digest": {
         "GET": Route(plane=_P, doc=api_docs.PEER_DIGEST, handler=peer_api.digests)
     },
+    "/peerreplication/removed": {
+        "GET": Route(plane=_P, doc=api_docs.PEER_REMOVED, handler=peer_api.removed)
+    },
 }
 
 # Outside the versioned API: Netflix serves the override dump there; probes, documents, pages.

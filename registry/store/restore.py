@@ -1,9 +1,11 @@
 """A warm restart: the registry as the store kept it, before the node serves.
 
-Overrides come back first, so restored instances show them at once. Instances come back in
-bulk (`Registry.load`) as registrations with a full fresh lease: the ones still running renew
-as before, and the ones that died while the node was down expire a lease duration later, as
-any silent instance does.
+Overrides, override removals and tombstones come back first, so restored instances show
+their overrides at once. Instances come back in bulk (`Registry.load`) as registrations that
+keep their last renewal written (old evidence, which never outweighs a peer's removal made
+after it) with a lease duration of grace: the ones still running renew as before, and the
+ones that died while the node was down expire at the end of the grace, as any silent instance
+does, or sooner, when a peer's removal of them arrives (peers/anti_entropy.py).
 The registry index goes on from where it was, so Eureka clients' delta versions never go back;
 every index up to the restored state is forgotten by the journal (and the epoch is new), so a
 client long-polling or watching from an index of the last run is told to re-fetch in full.
@@ -31,10 +33,12 @@ def restore(registry: Registry, journal: DeltaJournal, snapshot: Snapshot, *, no
         {o.instance_id: o.status for o in snapshot.overrides},
         snapshot.index,
         notes_of(snapshot.overrides),
+        tombstones=snapshot.tombstones,
+        override_removals=snapshot.override_removals,
     )
     # At the time the store read them as registered: most need not be made again.
     now_ms = snapshot.registered_ms or now_ms
-    registry.load(snapshot.instances, now_ms=now_ms)
+    registry.load(snapshot.instances, now_ms=now_ms, renewals=snapshot.renewals)
     # Changes the last run made after its last write are lost, so its indexes cannot be
     # trusted: refuse them all (the restored instances are in any full fetch).
     journal.forget_through(registry.index)
@@ -42,6 +46,7 @@ def restore(registry: Registry, journal: DeltaJournal, snapshot: Snapshot, *, no
         "store_restored",
         instances=len(snapshot.instances),
         overrides=len(snapshot.overrides),
+        tombstones=len(snapshot.tombstones),
         index=snapshot.index,
     )
     return len(snapshot.instances)
@@ -71,12 +76,18 @@ def restore_missing(
         notes_of(o for o in snapshot.overrides if present.get(o.instance_id) is o.status)
     )
     registry.restore({o.instance_id: o.status for o in missing}, 0, notes_of(missing))
+    for tombstone in snapshot.tombstones:
+        registry.tombstones.put(tombstone)
     count = 0
     for instance in snapshot.instances:
         key = (instance.app, instance.instance_id)
-        if key in removed or any(
-            lease.instance.instance_id == instance.instance_id
-            for lease in registry.application(instance.app)
+        if (
+            key in removed
+            or registry.tombstones.get(*key) is not None
+            or any(
+                lease.instance.instance_id == instance.instance_id
+                for lease in registry.application(instance.app)
+            )
         ):
             continue
         registry.register(instance, now_ms=now_ms, is_replication=True)

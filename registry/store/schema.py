@@ -7,7 +7,7 @@ written by a newer server and is refused rather than misread.
 
 from __future__ import annotations
 
-VERSION = 3
+VERSION = 4
 
 MIGRATIONS: dict[int, tuple[str, ...]] = {
     1: (
@@ -65,5 +65,19 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
             doc -> 20, doc -> 21, doc -> 22, doc -> 23, doc -> 24, doc -> 25, doc -> 26,
             doc -> 27, doc -> 28)
         WHERE json_valid(doc) AND json_type(doc) = 'array' AND json_array_length(doc) = 29""",
+    ),
+    4: (
+        # A restored lease keeps its last renewal (as of the row's last write: heartbeats are
+        # not written), the evidence peers weigh against their removals of it.
+        "ALTER TABLE instances ADD COLUMN last_renewal_ms INTEGER NOT NULL DEFAULT 0",
+        "UPDATE instances SET last_renewal_ms = registration_ms",
+        # Removals remembered (registry/tombstones.py): the lastDirtyTimestamp removed, and when.
+        """CREATE TABLE tombstones (
+            app TEXT NOT NULL,
+            id TEXT NOT NULL,
+            dirty_ms INTEGER NOT NULL,
+            at_ms INTEGER NOT NULL,
+            PRIMARY KEY (app, id)
+        )""",
     ),
 }

@@ -24,6 +24,7 @@ from registry.errors import BadInput
 from registry.model import InstanceInfo, InstanceStatus, LeaseRecord
 from registry.overrides import OverrideChange
 from registry.store import record, schema
+from registry.tombstones import Tombstone
 
 log = structlog.get_logger()
 
@@ -67,6 +68,7 @@ class Batch:
     deletes: list[tuple[str, str]] = field(default_factory=list)
     overrides_set: list[StoredOverride] = field(default_factory=list)
     overrides_gone: list[str] = field(default_factory=list)  # instance ids
+    tombstones: list[Tombstone] = field(default_factory=list)  # of the instances deleted
     # Every change the overrides went through, in order: the history's rows.
     history: list[OverrideChange] = field(default_factory=list)
     index: int = 0
@@ -83,6 +85,10 @@ class Snapshot:
     index: int
     epoch: str | None
     registered_ms: int | None = None  # instances were read as registered at this time
+    renewals: list[int] = field(default_factory=list)  # each instance's last renewal written
+    tombstones: list[Tombstone] = field(default_factory=list)
+    # Overrides removed (deleted, expired) and not set again: (instance id, app, when).
+    override_removals: list[tuple[str, str, int]] = field(default_factory=list)
 
 
 class Store:
@@ -155,12 +161,15 @@ class Store:
         """What the store holds. A row that cannot be read is skipped with a log line: one bad
         row must not cost the rest (nor stop the start-up). With `registered_ms`, instances
         come as registering them at that time leaves them (see `record.decode`)."""
-        instances = []
+        instances, renewals = [], []
         # Only what is read back: at 100 000 rows, the app and id columns' strings cost more
         # than the documents' (0.2 s against 0.08); a bad row's are looked up for its log line.
-        for rowid, doc in await self._db.execute_fetchall("SELECT rowid, doc FROM instances"):
+        for rowid, doc, renewed in await self._db.execute_fetchall(
+            "SELECT rowid, doc, last_renewal_ms FROM instances"
+        ):
             try:
                 instances.append(_instance(doc, registered_ms))
+                renewals.append(renewed)
             except (BadInput, ValueError) as exc:
                 named = await self._db.execute_fetchall(
                     "SELECT app, id FROM instances WHERE rowid = ?", (rowid,)
@@ -181,10 +190,34 @@ class Store:
                 )
                 continue
             overrides.append(StoredOverride(app, iid, known, reason, set_ms, expires_ms, by))
+        tombstones = [
+            Tombstone(app, iid, dirty_ms, at_ms)
+            for app, iid, dirty_ms, at_ms in await self._db.execute_fetchall(
+                "SELECT app, id, dirty_ms, at_ms FROM tombstones"
+            )
+        ]
+        # The last removal of each override not in force: what peers' older ones lose to.
+        removals = [
+            (iid, app, at_ms)
+            for iid, app, at_ms in await self._db.execute_fetchall(
+                "SELECT id, app, max(at_ms) FROM override_history "
+                "WHERE action IN ('deleted', 'expired') "
+                "AND id NOT IN (SELECT id FROM overrides) GROUP BY id"
+            )
+        ]
         rows = await self._db.execute_fetchall("SELECT key, value FROM meta")
         meta: dict[str, str] = {key: value for key, value in rows}
         index, epoch = int(meta.get("index", 0)), meta.get("epoch")
-        return Snapshot(instances, overrides, index, epoch, registered_ms)
+        return Snapshot(
+            instances,
+            overrides,
+            index,
+            epoch,
+            registered_ms,
+            renewals=renewals,
+            tombstones=tombstones,
+            override_removals=removals,
+        )
 
     async def history(self, *, since_ms: int = 0) -> list[dict[str, object]]:
         """The override audit trail from `since_ms`, oldest first."""
@@ -208,22 +241,39 @@ class Store:
         # the event loop for as long as it takes.
         rows = await asyncio.to_thread(_rows, batch.upserts)
         deletes = orjson.dumps(batch.deletes)
+        tombstones = orjson.dumps(
+            [(t.app, t.instance_id, t.dirty_ms, t.at_ms) for t in batch.tombstones]
+        )
         async with self._transaction() as db:
             if batch.everything:
                 await db.execute("DELETE FROM instances")
                 await db.execute("DELETE FROM overrides")
+                await db.execute("DELETE FROM tombstones")
             # One statement over a JSON array rather than executemany: SQLite then runs the
             # whole batch without taking Python's GIL back for each row, which a busy event
             # loop would make it wait for, 5 ms at a time.
             await db.execute(
                 "INSERT OR REPLACE INTO instances "
-                "SELECT value->>0, value->>1, value->>2, value->>3, value->>4 FROM json_each(?)",
+                "(app, id, doc, registration_ms, service_up_ms, last_renewal_ms) "
+                "SELECT value->>0, value->>1, value->>2, value->>3, value->>4, value->>5 "
+                "FROM json_each(?)",
+                (rows,),
+            )
+            # An instance back is no longer removed; one removed leaves its tombstone.
+            await db.execute(
+                "DELETE FROM tombstones WHERE (app, id) IN "
+                "(SELECT value->>0, value->>1 FROM json_each(?))",
                 (rows,),
             )
             await db.execute(
                 "DELETE FROM instances WHERE (app, id) IN "
                 "(SELECT value->>0, value->>1 FROM json_each(?))",
                 (deletes,),
+            )
+            await db.execute(
+                "INSERT OR REPLACE INTO tombstones "
+                "SELECT value->>0, value->>1, value->>2, value->>3 FROM json_each(?)",
+                (tombstones,),
             )
             for override in batch.overrides_set:
                 await db.execute(
@@ -258,6 +308,11 @@ class Store:
         async with self._transaction() as db:
             await db.execute("DELETE FROM override_history WHERE at_ms < ?", (before_ms,))
 
+    async def forget_tombstones(self, *, before_ms: int) -> None:
+        """Purge removals past their retention (registry/tombstones.py)."""
+        async with self._transaction() as db:
+            await db.execute("DELETE FROM tombstones WHERE at_ms < ?", (before_ms,))
+
     @contextlib.asynccontextmanager
     async def _transaction(self) -> AsyncIterator[aiosqlite.Connection]:
         """BEGIN IMMEDIATE ... COMMIT, or ROLLBACK when the block raises."""
@@ -286,7 +341,8 @@ def _instance(doc: bytes | str, registered_ms: int | None) -> InstanceInfo:
 
 
 def _rows(leases: list[LeaseRecord]) -> bytes:
-    """The instances as one JSON array of rows [app, id, record, registration, service up]."""
+    """The instances as one JSON array of rows [app, id, record, registration, service up,
+    last renewal]."""
     return orjson.dumps(
         [
             (
@@ -295,6 +351,7 @@ def _rows(leases: list[LeaseRecord]) -> bytes:
                 orjson.Fragment(record.encode(lease.instance)),
                 lease.registration_ms,
                 lease.service_up_ms,
+                lease.last_renewal_ms,
             )
             for lease in leases
         ]

@@ -7,7 +7,9 @@ a cancel under one): the newest state of each override is its row, and every cha
 of the override's history. Every flush (a fraction of a second apart, and at once when
 an admin's override must be on disk before it is acknowledged) writes what is pending in one
 transaction. Heartbeats are not changes and are never written: a restored lease gets a full
-fresh duration instead.
+grace of a lease's duration instead, and keeps the last renewal written (registry/model.py).
+An instance removed is written with its tombstone (registry/tombstones.py), in the same
+transaction as the row's deletion.
 
 A store that fails never fails the registry: what could not be written stays pending (newer
 changes replace it), the failure is logged once per episode with its cause, the writer reports
@@ -171,6 +173,11 @@ class StoreWriter:
             store = self._store or await self._opened()
             await store.forget_history(before_ms=before_ms)
 
+    async def forget_tombstones(self, *, before_ms: int) -> None:
+        async with self._flushing:
+            store = self._store or await self._opened()
+            await store.forget_tombstones(before_ms=before_ms)
+
     async def flush(self) -> None:
         """Write everything pending in one transaction; on failure keep it for the next try.
 
@@ -252,9 +259,12 @@ class StoreWriter:
         instances: dict[InstanceKey, LeaseSnapshot | None],
         overrides: dict[str, StoredOverride | None],
     ) -> Batch:
+        deletes = [key for key, lease in instances.items() if lease is None]
+        tombstones = self._registry.tombstones
         return Batch(
             upserts=[lease for lease in instances.values() if lease is not None],
-            deletes=[key for key, lease in instances.items() if lease is None],
+            deletes=deletes,
+            tombstones=[t for key in deletes if (t := tombstones.get(*key)) is not None],
             overrides_set=[o for o in overrides.values() if o is not None],
             overrides_gone=[iid for iid, o in overrides.items() if o is None],
             index=self._registry.index,
@@ -270,6 +280,7 @@ class StoreWriter:
                 self._in_force(iid, status, now_ms)
                 for iid, status in self._registry.overrides().items()
             ],
+            tombstones=list(self._registry.tombstones),
             index=self._registry.index,
             epoch=self._registry.epoch,
             everything=True,

@@ -7,8 +7,9 @@ from typing import Any
 from peers import merge
 from registry.codec import instance_from_wire, json_codec
 from registry.core import Registry
-from registry.journal import DeltaJournal
 from registry.model import InstanceStatus, Lease
+from registry.overrides import Note
+from registry.tombstones import Tombstone
 from tests.helpers import instance_doc
 
 T0 = 1_735_689_000_000
@@ -41,16 +42,36 @@ async def test_dead_copies_are_not_brought_back():
     assert 0 == await merge.merge(registry, app(peer_copy(renewed_ms=T0 - 91_000)), now_ms=T0)
 
 
-async def test_an_instance_cancelled_here_after_its_last_renewal_stays_gone():
-    """A cancel that the peer missed is not undone by pulling from that peer."""
-    registry, journal = Registry(), DeltaJournal(retention_ms=180_000)
-    registry.subscribe(journal.record)
+async def test_an_instance_cancelled_here_stays_gone():
+    """A cancel that the peer missed is not undone by pulling from that peer, even when the
+    peer's copy was renewed after it within the margin; a copy renewed clearly later, or
+    registered again with a newer lastDirtyTimestamp, wins."""
+    registry = Registry(removal_margin_ms=10_000)
     registry.register(instance_from_wire(instance_doc(), now_ms=T0), now_ms=T0)
     registry.cancel("ORDERS", "i-1", now_ms=T0 + 10)
-    deleted = {"ORDERS": journal.deleted("ORDERS")}
-    assert 0 == await merge.merge(registry, app(peer_copy()), now_ms=T0 + 20, deleted=deleted)
-    later = app(peer_copy(renewed_ms=T0 + 15))  # registered again there since
-    assert 1 == await merge.merge(registry, later, now_ms=T0 + 20, deleted=deleted)
+    assert 0 == await merge.merge(registry, app(peer_copy()), now_ms=T0 + 20)
+    skewed = app(peer_copy(renewed_ms=T0 + 9_000))  # a clock ahead by up to the margin
+    assert 0 == await merge.merge(registry, skewed, now_ms=T0 + 20)
+    renewed = app(peer_copy(renewed_ms=T0 + 10_011))
+    assert 1 == await merge.merge(registry, renewed, now_ms=T0 + 20_000)
+    registry.cancel("ORDERS", "i-1", now_ms=T0 + 30_000)
+    again = app(peer_copy(renewed_ms=T0 + 29_000, lastDirtyTimestamp=str(T0 + 29_000)))
+    assert 1 == await merge.merge(registry, again, now_ms=T0 + 30_000)
+
+
+async def test_a_peers_removal_removes_our_older_copy_and_is_remembered():
+    """Removals listed by the peer come first: our copy renewed before the removal goes, one
+    registered again since stays, and the removal of an instance we never held is kept."""
+    registry = Registry()
+    registry.register(instance_from_wire(instance_doc(), now_ms=T0), now_ms=T0)
+    registry.register(
+        instance_from_wire(instance_doc(iid="i-2", lastDirtyTimestamp=str(T0 + 7)), now_ms=T0),
+        now_ms=T0,
+    )
+    removed = [Tombstone("ORDERS", iid, T0, T0 + 5) for iid in ("i-1", "i-2", "i-3")]
+    assert 1 == await merge.merge(registry, [], now_ms=T0 + 6, removed=removed)
+    assert ["i-2"] == [lease.instance.instance_id for lease in registry.application("ORDERS")]
+    assert {"i-1", "i-3"} == {t.instance_id for t in registry.tombstones}
 
 
 async def test_newer_dirty_timestamp_wins_in_both_directions():
@@ -66,17 +87,50 @@ async def test_newer_dirty_timestamp_wins_in_both_directions():
     assert S.DOWN is registry.get("ORDERS", "i-1", now_ms=T0).instance.status
 
 
-async def test_a_lost_override_is_repaired_from_the_later_change():
-    """Same lastDirtyTimestamp, but the peer changed the override later: its state is taken."""
+def digest_answer(
+    notes: list[tuple[str, str, int]], removed: list[tuple[str, int]]
+) -> dict[str, Any]:
+    """A peer's digest answer listing overrides (id, status, set at) and removals (id, at)."""
+    return {
+        "overrideNotes": [
+            {"id": iid, "appName": "ORDERS", "status": status, "overrideSetAt": at}
+            for iid, status, at in notes
+        ],
+        "overridesRemoved": [
+            {"id": iid, "appName": "ORDERS", "removedAt": at} for iid, at in removed
+        ],
+    }
+
+
+async def test_a_copy_that_changed_later_never_undoes_an_override():
+    """Same lastDirtyTimestamp, no override there, updated later (a re-registration on a node
+    that was cut off): the admin's override here stays."""
     registry = Registry()
     registry.register(instance_from_wire(instance_doc(), now_ms=T0), now_ms=T0)
-    copy = peer_copy(status="OUT_OF_SERVICE", overriddenStatus="OUT_OF_SERVICE")
+    note = Note("ORDERS", S.OUT_OF_SERVICE, None, T0 + 10, None)
+    registry.set_status_override("ORDERS", "i-1", S.OUT_OF_SERVICE, now_ms=T0 + 10, note=note)
+    copy = peer_copy()
     copy["lastUpdatedTimestamp"] = str(T0 + 50)
-    assert 1 == await merge.merge(registry, app(copy), now_ms=T0 + 60)
-    assert {"i-1": S.OUT_OF_SERVICE} == dict(registry.overrides())
-    copy["lastUpdatedTimestamp"] = str(T0 - 50)  # an older state than ours: ignored
-    copy["status"] = copy["overriddenStatus"] = "UP"
     assert 0 == await merge.merge(registry, app(copy), now_ms=T0 + 60)
+    assert S.OUT_OF_SERVICE is registry.get("ORDERS", "i-1", now_ms=T0 + 60).instance.status
+
+
+def test_the_later_of_two_admin_decisions_wins_on_both_sides():
+    """An override set here and one removed there, or the other way round: each node takes
+    the peer's decision only when it is later than its own."""
+    registry = Registry()
+    registry.register(instance_from_wire(instance_doc(), now_ms=T0), now_ms=T0)
+    assert 1 == merge.take_overrides(
+        registry, digest_answer([("i-1", "OUT_OF_SERVICE", T0 + 50)], []), now_ms=T0 + 60
+    )
+    assert S.OUT_OF_SERVICE is registry.get("ORDERS", "i-1", now_ms=T0 + 60).instance.status
+    older_removal = digest_answer([], [("i-1", T0 + 40)])
+    assert 0 == merge.take_overrides(registry, older_removal, now_ms=T0 + 60)
+    later_removal = digest_answer([], [("i-1", T0 + 70)])
+    assert 1 == merge.take_overrides(registry, later_removal, now_ms=T0 + 80)
+    assert {} == dict(registry.overrides())
+    older_set = digest_answer([("i-1", "DOWN", T0 + 60)], [])
+    assert 0 == merge.take_overrides(registry, older_set, now_ms=T0 + 80)
 
 
 async def test_unreadable_copies_are_skipped():

@@ -120,7 +120,9 @@ class TestEarlierForms:
         for i in (instance, plain):
             flat = orjson.dumps(_flat(i)).decode()
             await sql(
-                path, f"INSERT INTO instances VALUES ('{i.app}', '{i.instance_id}', '{flat}', 0, 0)"
+                path,
+                "INSERT INTO instances (app, id, doc, registration_ms, service_up_ms) "
+                f"VALUES ('{i.app}', '{i.instance_id}', '{flat}', 0, 0)",
             )
         store = await Store.open(path, now_ms=T0)
         snapshot = await store.load()
@@ -234,8 +236,10 @@ class TestStoredRows:
         old_doc = orjson.dumps(json_codec.instance_dict(_lease(make("old"))))
         await sql(
             path,
-            f"INSERT INTO instances VALUES ('ORDERS', 'old', '{old_doc.decode()}', 0, 0)",
-            "INSERT INTO instances VALUES ('ORDERS', 'bad', '[\"bad\", 1]', 0, 0)",
+            "INSERT INTO instances (app, id, doc, registration_ms, service_up_ms) "
+            f"VALUES ('ORDERS', 'old', '{old_doc.decode()}', 0, 0)",
+            "INSERT INTO instances (app, id, doc, registration_ms, service_up_ms) "
+            "VALUES ('ORDERS', 'bad', '[\"bad\", 1]', 0, 0)",
         )
         with capture_logs() as logs:
             snapshot = await store.load()

@@ -202,7 +202,8 @@ class TestUnreadableRows:
         await store.write(Batch(upserts=list(registry.leases())))
         await sql(
             path,
-            "INSERT INTO instances VALUES ('ORDERS', 'bad', '{\"x\": 1}', 0, 0)",
+            "INSERT INTO instances (app, id, doc, registration_ms, service_up_ms) "
+            "VALUES ('ORDERS', 'bad', '{\"x\": 1}', 0, 0)",
             "INSERT INTO overrides (id, app, status, set_ms) "
             "VALUES ('bad', 'ORDERS', 'SIDEWAYS', 0)",
         )

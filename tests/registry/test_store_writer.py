@@ -5,8 +5,6 @@ from __future__ import annotations
 import asyncio
 import shutil
 import sqlite3
-from collections.abc import AsyncIterator
-from pathlib import Path
 
 import pytest
 from structlog.testing import capture_logs
@@ -27,15 +25,6 @@ S = InstanceStatus
 @pytest.fixture
 def registry() -> Registry:
     return Registry()
-
-
-@pytest.fixture
-async def writer(tmp_path: Path, registry: Registry) -> AsyncIterator[StoreWriter]:
-    writer = StoreWriter(tmp_path / "registry.db", registry, FakeClock(), busy_timeout_ms=50)
-    assert await writer.open() is not None
-    registry.subscribe(writer.on_change, overrides=writer.on_override)
-    yield writer
-    await writer.close()
 
 
 async def overrides_and_history(
