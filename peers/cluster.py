@@ -98,9 +98,10 @@ class Cluster:
         instance_id: str,
         status: InstanceStatus | None = None,
         last_dirty_ms: int | None = None,
+        at_ms: int | None = None,
     ) -> None:
         """The registry's outbox: queue one client-originated change for every peer."""
-        task = Task(action, app, instance_id, self._clock.monotonic(), status, last_dirty_ms)
+        task = Task(action, app, instance_id, self._clock.monotonic(), status, last_dirty_ms, at_ms)
         for dispatcher in self._fanout:
             dispatcher.enqueue(task)
 

@@ -22,7 +22,7 @@ from registry.codec import json_codec
 from registry.core import Registry
 from registry.errors import UnknownInstance
 from registry.model import InstanceStatus, ReplicationAction
-from registry.overrides import note_fields
+from registry.overrides import Note, note_fields
 
 _A = ReplicationAction
 
@@ -71,10 +71,15 @@ def encode(task: Task, registry: Registry, *, now_ms: int) -> dict[str, Any] | N
         item["lastDirtyTimestamp"] = task.last_dirty_ms
         item["status"] = (task.status or InstanceStatus.UNKNOWN).value
         note = registry.notes.of(task.instance_id, task.status) if task.status else None
-        if task.action is _A.STATUS_UPDATE and note is not None:
+        if task.action is _A.STATUS_UPDATE and note is not None and note.set_ms == task.at_ms:
             item |= note_fields(note)
-        removed_at = registry.notes.removed_at(task.instance_id)
-        if task.action is _A.DELETE_STATUS_OVERRIDE and removed_at is not None:
-            item["overrideRemovedAt"] = removed_at
+        elif task.action is _A.STATUS_UPDATE and task.at_ms is not None:
+            # Changed here since: the decision goes with its time alone, and a peer that
+            # holds a later one keeps it.
+            item |= note_fields(
+                Note(task.app, task.status or InstanceStatus.UNKNOWN, None, task.at_ms, None)
+            )
+        if task.action is _A.DELETE_STATUS_OVERRIDE and task.at_ms is not None:
+            item["overrideRemovedAt"] = task.at_ms
     item["action"] = task.action.value
     return item

@@ -32,6 +32,7 @@ class Task:
     __slots__ = (
         "action",
         "app",
+        "at_ms",
         "instance_id",
         "item",
         "item_of",
@@ -50,8 +51,10 @@ class Task:
         # What an override call set, kept from the moment it happened (contract 11.2).
         status: InstanceStatus | None = None,
         last_dirty_ms: int | None = None,
+        at_ms: int | None = None,  # when an override was set or removed, by the wall clock
     ) -> None:
         self.action = action
+        self.at_ms = at_ms
         self.app = app
         self.instance_id = instance_id
         self.queued_at = queued_at

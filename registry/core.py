@@ -54,6 +54,7 @@ class Outbox(Protocol):
         instance_id: str,
         status: InstanceStatus | None = None,
         last_dirty_ms: int | None = None,
+        at_ms: int | None = None,  # when the override was set or removed (the peer weighs it)
     ) -> None: ...
 
 
@@ -77,6 +78,17 @@ def _registered(
         action_type=ActionType.ADDED,
         last_updated_ms=now_ms,
     )
+
+
+def _claimed(instance: InstanceInfo) -> InstanceStatus:
+    """The status a copy (a peer's, a store row) says its client claims. One whose status is
+    its override's says nothing of the client's own: taken as UP, so that this node's override
+    decides, if it has one (an admin's DOWN elsewhere must not pass for the client's own
+    DOWN, which the chain's first rule would keep over any override)."""
+    status = instance.status
+    if status is instance.overridden_status and status is not _UNKNOWN:
+        return _UP
+    return status
 
 
 def _admin(action: str, status: InstanceStatus) -> Decision:
@@ -176,7 +188,7 @@ class Registry:
         override = self._overrides.get(iid)
         status, decision = decide(
             CHAIN,
-            registrant.status,
+            _claimed(registrant) if is_replication else registrant.status,
             override,
             existing.instance.status if existing is not None else None,
             is_replication,
@@ -239,10 +251,11 @@ class Registry:
                 # that could leave them apart): in force, and told, so the store gets it back.
                 self._take_override(instance.app, iid, instance.overridden_status, now_ms)
             override = overrides.get(iid)
-            decided = decisions.get((instance.status, override))
+            claimed = _claimed(instance)
+            decided = decisions.get((claimed, override))
             if decided is None:
-                decided = decide(CHAIN, instance.status, override, None, True)
-                decisions[instance.status, override] = decided
+                decided = decide(CHAIN, claimed, override, None, True)
+                decisions[claimed, override] = decided
             status, decision = decided
             if (
                 instance.status is not status
@@ -321,7 +334,7 @@ class Registry:
         if lease is None:
             self.tombstones.put(removal)
             return False
-        if copy_wins(lease.instance.last_dirty_ms, self._renewed(lease), removal, self._margin):
+        if self._survives(lease, removal, now_ms):
             return False
         self._remove(lease, now_ms, removal)
         self.cancels += 1
@@ -395,9 +408,7 @@ class Registry:
             if removal is not None:
                 self.tombstones.put(removal)
             raise UnknownInstance(f"no instance {instance_id!r} in application {app!r}")
-        if removal is not None and copy_wins(
-            lease.instance.last_dirty_ms, self._renewed(lease), removal, self._margin
-        ):
+        if removal is not None and self._survives(lease, removal, now_ms):
             raise StaleReplica(lease)
         self._remove(lease, now_ms, removal)
         self.cancels += 1
@@ -438,7 +449,7 @@ class Registry:
         ):
             log.info("override_older_than_ours", app=app, instance_id=instance_id)
             return
-        lease.renew(now_ms, self._legacy)
+        lease.hold(now_ms)
         self._set_override(lease, status, now_ms, last_dirty_ms)
         if note is not None:
             self.notes.note(instance_id, note)
@@ -447,14 +458,26 @@ class Registry:
         # Told even when nothing but the note changed, or nothing at all: it is written again.
         self._told(_O.SET, app, instance_id, now_ms, None if note is None else note.by)
         if self.outbox is not None and not is_replication:
-            self.outbox(_A.STATUS_UPDATE, app, instance_id, status, lease.instance.last_dirty_ms)
+            kept = self.notes.of(instance_id, status)
+            self.outbox(
+                _A.STATUS_UPDATE,
+                app,
+                instance_id,
+                status,
+                lease.instance.last_dirty_ms,
+                None if kept is None else kept.set_ms,
+            )
 
     def _set_override(
         self, lease: Lease, status: InstanceStatus, now_ms: int, last_dirty_ms: int | None
     ) -> None:
         instance = lease.instance
         instance_id = instance.instance_id
-        if self._overrides.get(instance_id) is status and instance.status is status:
+        if (
+            self._overrides.get(instance_id) is status
+            and instance.status is status
+            and instance.overridden_status is status
+        ):
             return
         self._overrides[instance_id] = status
         lease.decision = _admin("an admin's override", status)
@@ -500,18 +523,29 @@ class Registry:
         if not self._holds(app, instance_id, now_ms) and instance_id in self._overrides:
             self._delete_gone(app, instance_id, now_ms, status, last_dirty_ms, by, at_ms)
             if self.outbox is not None and not is_replication:
-                self.outbox(_A.DELETE_STATUS_OVERRIDE, app, instance_id, status, last_dirty_ms)
+                self.outbox(
+                    _A.DELETE_STATUS_OVERRIDE, app, instance_id, status, last_dirty_ms, at_ms
+                )
             return
         lease = self._live_lease(app, instance_id, now_ms)
-        lease.renew(now_ms, self._legacy)
-        if self._overrides.pop(instance_id, None) is not None:
+        lease.hold(now_ms)
+        if self._overrides.pop(instance_id, None) is None:
+            # A removal of nothing is a decision too: a set older than it, arriving later
+            # from a peer, must lose to it.
+            self.notes.removed(instance_id, app, at_ms)
+        else:
             self.notes.removed(instance_id, app, at_ms)
             self._told(_O.DELETED, app, instance_id, now_ms, by)
             self._override_deleted(lease, status, now_ms, last_dirty_ms)
             log.info("override_deleted", app=app, instance_id=instance_id, status=status.value)
         if self.outbox is not None and not is_replication:
             self.outbox(
-                _A.DELETE_STATUS_OVERRIDE, app, instance_id, status, lease.instance.last_dirty_ms
+                _A.DELETE_STATUS_OVERRIDE,
+                app,
+                instance_id,
+                status,
+                lease.instance.last_dirty_ms,
+                at_ms,
             )
 
     def _delete_gone(
@@ -595,6 +629,7 @@ class Registry:
                 instance_id,
                 _UNKNOWN,
                 instance.last_dirty_ms,
+                at_ms,
             )
         return instance.app
 
@@ -779,6 +814,15 @@ class Registry:
         """When the lease was last renewed: the evidence of life a removal is weighed against
         (legacy expiry stores the renewal a duration ahead)."""
         return lease.last_renewal_ms - lease.duration_ms if self._legacy else lease.last_renewal_ms
+
+    def _survives(self, lease: Lease, removal: Tombstone, now_ms: int) -> bool:
+        """Whether our lease wins over a peer's removal: by the rule, and only while its own
+        evidence says it lives (a restored lease in its grace, not renewed for longer than its
+        duration, has nothing to set against the removal)."""
+        renewed = self._renewed(lease)
+        return renewed + lease.duration_ms >= now_ms and copy_wins(
+            lease.instance.last_dirty_ms, renewed, removal, self._margin
+        )
 
     def _unbury(self, instance: InstanceInfo, is_replication: bool, renewed_ms: int) -> None:
         """An instance registers where a removal of it is remembered. A client's own

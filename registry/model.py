@@ -133,7 +133,8 @@ class Lease:
     eviction_ms: int = 0
     decision: Decision | None = None  # why the instance has its status (GET status/explain)
     # Not expired before this time, whatever its last renewal: the grace a restored lease gets
-    # to be renewed, kept apart from its last renewal, which stays the evidence peers weigh.
+    # to be renewed (or an admin's call gives), kept apart from its last renewal, which stays
+    # the evidence peers weigh.
     grace_until_ms: int = 0
 
     def renew(self, now_ms: int, legacy: bool = False) -> None:
@@ -143,6 +144,11 @@ class Lease:
         live 2 x duration and `lastRenewalTimestamp` is future-dated.
         """
         self.last_renewal_ms = now_ms + self.duration_ms if legacy else now_ms
+
+    def hold(self, now_ms: int) -> None:
+        """Kept alive by an admin's call (contract 6.5, 6.6): not expired within a duration
+        from now, without counting as a renewal, which is the client's evidence of life."""
+        self.grace_until_ms = max(self.grace_until_ms, now_ms + self.duration_ms)
 
     def is_expired(self, now_ms: int, extra_ms: int = 0) -> bool:
         """Cancelled, or not renewed for longer than its duration (plus `extra_ms` of grace)

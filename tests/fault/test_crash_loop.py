@@ -5,7 +5,8 @@ directory. After each restart:
 - every acknowledged override is in force with its reason (they are written before the 200);
 - every acknowledged registration is back, except, after a SIGKILL, those acknowledged within
   the write-behind window before the kill (`store_flush_interval`, with a margin for the write);
-- no acknowledged cancel is undone outside that window, and no instance is listed twice.
+- no acknowledged cancel is undone, however soon the kill came (they are written before the
+  200), and no instance is listed twice.
 
 Seeded (`REGISTRY_CRASH_SEED`), so a failing round can be replayed.
 """
@@ -120,7 +121,6 @@ async def test_nothing_acknowledged_is_lost_across_kills(session, tmp_path):
     base = f"http://127.0.0.1:{port}"
     # What a SIGKILL may have cost: changes acknowledged within the window before it.
     may_be_lost: set[str] = set()
-    may_be_undone: set[str] = set()
     for round_ in range(ROUNDS + 1):  # the last start only checks the last kill
         process = await start(tmp_path, port)
         try:
@@ -130,7 +130,7 @@ async def test_nothing_acknowledged_is_lost_across_kills(session, tmp_path):
             assert acked.overrides.items() <= overrides.items(), f"round {round_}: overrides lost"
             missing = set(acked.registered) - set(acked.cancelled) - may_be_lost - set(ids)
             assert not missing, f"round {round_}: registrations lost: {sorted(missing)[:5]}"
-            back = (set(acked.cancelled) - may_be_undone) & set(ids)
+            back = set(acked.cancelled) & set(ids)
             assert not back, f"round {round_}: cancels undone: {sorted(back)[:5]}"
             if round_ == ROUNDS:
                 break
@@ -142,7 +142,6 @@ async def test_nothing_acknowledged_is_lost_across_kills(session, tmp_path):
             await asyncio.wait_for(process.wait(), 30)
             await asyncio.gather(running, return_exceptions=True)
             may_be_lost |= {i for i, at in acked.registered.items() if at >= since}
-            may_be_undone |= {i for i, at in acked.cancelled.items() if at >= since}
         finally:
             if process.returncode is None:
                 process.kill()

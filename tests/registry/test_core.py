@@ -467,16 +467,19 @@ class TestOverrideChanges:
 
 
 class TestOverrides:
-    def test_set_changes_status_renews_and_emits_modified(self, registry, events):
-        """PUT status stores the override, sets both status fields and renews the lease."""
+    def test_set_changes_status_holds_the_lease_and_emits_modified(self, registry, events):
+        """PUT status stores the override, sets both status fields and keeps the lease alive
+        for a duration from the call, without counting it as the client's renewal (which a
+        peer's removal is weighed against)."""
         registry.register(make(), now_ms=T0)
         registry.set_status_override("ORDERS", "i-1", S.OUT_OF_SERVICE, now_ms=T0 + 9)
-        lease = registry.get("ORDERS", "i-1", now_ms=T0 + 9)
-        assert (S.OUT_OF_SERVICE, S.OUT_OF_SERVICE, T0 + 9) == (
+        lease = registry.get("ORDERS", "i-1", now_ms=T0 + 90_009)
+        assert (S.OUT_OF_SERVICE, S.OUT_OF_SERVICE, T0) == (
             lease.instance.status,
             lease.instance.overridden_status,
             lease.last_renewal_ms,
         )
+        assert lease.is_expired(T0 + 90_010)
         assert (ActionType.MODIFIED, 2) == (events[-1].action, events[-1].index)
 
     def test_set_to_the_current_status_still_records_the_decision(self, registry):
@@ -518,13 +521,14 @@ class TestOverrides:
             dict(registry.overrides()),
         )
 
-    def test_delete_without_override_only_renews(self, registry, events):
-        """With no override in force, DELETE renews the lease and changes nothing."""
+    def test_delete_without_override_only_holds_the_lease(self, registry, events):
+        """With no override in force, DELETE keeps the lease alive and changes nothing but
+        the memory of the decision (an older override from a peer loses to it)."""
         registry.register(make(), now_ms=T0)
         registry.delete_status_override("ORDERS", "i-1", now_ms=T0 + 4)
         assert S.UP == status_of(registry)
-        assert T0 + 4 == registry.get("ORDERS", "i-1", now_ms=T0 + 4).last_renewal_ms
-        assert 1 == len(events)
+        assert not registry.get("ORDERS", "i-1", now_ms=T0 + 90_004).is_expired(T0 + 90_004)
+        assert (1, T0 + 4) == (len(events), registry.notes.removed_at("i-1"))
 
 
 class TestMetadata:
