@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 import structlog
 
 from peers import merge
-from peers.client import PeerClient, PeerError, PeerRefused, PeerSyncing
+from peers.client import PeerClient, PeerError, PeerRefused, PeerSyncing, PeerUnavailable
 from peers.digest import Digests
 from registry.clock import Clock
 from registry.core import Registry
@@ -58,13 +58,18 @@ async def anti_entropy_forever(
     lifecycle: Lifecycle,
     *,
     interval: float,
+    retry: float | None = None,
     soon: asyncio.Event | None = None,
 ) -> None:
-    """A round every `interval`, and at once when `soon` is set (a peer came back)."""
+    """A round every `interval`, at once when `soon` is set (a peer came back), and after
+    `retry` when a peer could not be reached: a node cut off with nothing to send its peers
+    still pulls what they hold within seconds of the heal."""
     soon = soon or asyncio.Event()
+    missed = False
     while True:
-        await wait_set(clock, soon, interval)
+        await wait_set(clock, soon, retry if missed and retry is not None else interval)
         soon.clear()
+        missed = False
         for client in peers():
             try:
                 changed = await reconcile(client, registry, digests, clock)
@@ -75,6 +80,8 @@ async def anti_entropy_forever(
                 continue
             except PeerError as exc:  # it is down or busy: its dispatcher reports that
                 log.debug("anti_entropy_skipped", peer=client.url, detail=str(exc))
+                # Unreachable (not merely busy): try again soon, to catch its return.
+                missed |= isinstance(exc, PeerUnavailable) and not exc.congested
                 continue
             except Exception:
                 log.exception("anti_entropy_failed", peer=client.url)

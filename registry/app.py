@@ -221,6 +221,7 @@ def _peers(reload: Reload | None) -> Callable[[web.Application], AsyncIterator[N
                 clock,
                 lifecycle,
                 interval=settings.anti_entropy_interval,
+                retry=settings.peer_probe_interval,
                 soon=cluster.returned,
             ),
             name="anti_entropy",

@@ -529,12 +529,11 @@ class Registry:
             return
         lease = self._live_lease(app, instance_id, now_ms)
         lease.hold(now_ms)
-        if self._overrides.pop(instance_id, None) is None:
-            # A removal of nothing is a decision too: a set older than it, arriving later
-            # from a peer, must lose to it.
-            self.notes.removed(instance_id, app, at_ms)
-        else:
-            self.notes.removed(instance_id, app, at_ms)
+        had = self._overrides.pop(instance_id, None) is not None
+        # Remembered even when there was none: a set older than this decision, arriving later
+        # from a peer, must lose to it.
+        self.notes.removed(instance_id, app, at_ms)
+        if had:
             self._told(_O.DELETED, app, instance_id, now_ms, by)
             self._override_deleted(lease, status, now_ms, last_dirty_ms)
             log.info("override_deleted", app=app, instance_id=instance_id, status=status.value)

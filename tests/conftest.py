@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import gc
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 
+import aiohttp
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient
 from blockbuster import BlockBuster, blockbuster_ctx
 
 from registry import FakeClock, Settings, create_app
+from tests.nodes import Nodes
 
 AiohttpClient = Callable[[web.Application], Awaitable[TestClient]]
 
@@ -52,3 +54,14 @@ async def _client(
     aiohttp_client: AiohttpClient, settings: Settings, clock: FakeClock
 ) -> TestClient:
     return await aiohttp_client(create_app(settings, clock=clock))
+
+
+@pytest.fixture
+async def nodes() -> AsyncIterator[Nodes]:
+    """Server processes a test starts (tests/nodes.py), all killed when it ends."""
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as session:
+        pool = Nodes(session)
+        try:
+            yield pool
+        finally:
+            await pool.stop_all()

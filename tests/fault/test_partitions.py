@@ -1,13 +1,17 @@
 """Partitions between real hosts: three nodes in Linux network namespaces joined by a bridge.
 
 One node is cut off (its link to the bridge taken down) for `REGISTRY_PARTITION_SECONDS` (60 by
-default) while clients keep heartbeating through another node and changes keep arriving there
-(registrations, cancels, an override). Then:
+default) while every instance's heartbeats go round the nodes (each to the next node every
+time, failing over when it cannot reach one) and changes keep arriving on the reachable side:
+registrations, cancels, ten overrides set (on both reachable nodes) and three of them deleted.
+Then:
 
 - no instance is evicted anywhere: the cut-off node sees no renewal for the whole cut (the
   leases are of 90 s, as stock clients ask), and once its count of the last minute shows the
   drop, self-preservation holds eviction, saying why;
-- within 5 s of the heal every node lists the same instances and the same `apps__hashcode`.
+- within 5 s of the heal every node lists the same instances and the same `apps__hashcode`,
+  and shows every admin decision: the same overrides in force, and the overridden instances
+  OUT_OF_SERVICE.
 
 Needs root (namespaces, a bridge); skipped, saying why, where they cannot be made.
 """
@@ -15,6 +19,7 @@ Needs root (namespaces, a bridge); skipped, saying why, where they cannot be mad
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 import re
 import shutil
@@ -42,6 +47,7 @@ PORT = 8761
 AS_CLIENT = {"Authorization": aiohttp.encode_basic_auth("app", "pw")}
 AS_ADMIN = {"Authorization": aiohttp.encode_basic_auth("ops", "pw")}
 LEASE = {"renewalIntervalInSecs": 30, "durationInSecs": 90}  # as stock clients
+QUICK = aiohttp.ClientTimeout(total=2)  # a heartbeat to a node cut off fails over after this
 
 
 def _ip(*args: str) -> None:
@@ -159,6 +165,15 @@ def _status_inside(space: str, url: str) -> dict[str, object]:
     return orjson.loads(done.stdout)  # type: ignore[no-any-return]
 
 
+async def _decisions(session: aiohttp.ClientSession, url: str) -> dict[str, str]:
+    """The overrides a node lists as in force, and the status it serves for each: id -> both."""
+    response = await session.get(url + "overrides", headers=AS_ADMIN)
+    listed = orjson.loads(await response.read())["overrides"]
+    apps = orjson.loads(await (await _get(session, url + "apps")).read())["applications"]
+    status = {i["instanceId"]: i["status"] for app in apps["application"] for i in app["instance"]}
+    return {o["instanceId"]: f"{o['status']} {status.get(o['instanceId'])}" for o in listed}
+
+
 async def _evictions(session: aiohttp.ClientSession, url: str) -> float:
     response = await _get(session, url.replace("/eureka/", "/metrics"))
     found = re.search(rb"^registry_evictions_total (\S+)$", await response.read(), re.M)
@@ -185,22 +200,35 @@ async def test_a_node_cut_off_for_a_minute_evicts_nothing_and_converges_in_secon
             await asyncio.sleep(0.2)
         alive = {f"i-{n}" for n in range(30)}
 
-        async def register(iid: str) -> None:
+        async def register(iid: str, url: str = a) -> None:
             doc = instance_doc("ORDERS", iid, leaseInfo=LEASE)
             response = await session.post(
-                a + "apps/ORDERS", json={"instance": doc}, headers=AS_CLIENT
+                url + "apps/ORDERS", json={"instance": doc}, headers=AS_CLIENT
             )
             assert 204 == response.status
 
         for iid in sorted(alive):
             await register(iid)
 
-        async def heartbeats() -> None:  # as often as they say, to A: B hears them replicated
-            while True:
-                for iid in sorted(alive):
-                    response = await session.put(f"{a}apps/ORDERS/{iid}", headers=AS_CLIENT)
+        async def heartbeat(iid: str, first: int) -> None:
+            """To the next node in turn; one that cannot be reached is failed over."""
+            for turn in range(3):
+                url = nodes[(first + turn) % 3]
+                try:
+                    response = await session.put(
+                        f"{url}apps/ORDERS/{iid}", headers=AS_CLIENT, timeout=QUICK
+                    )
                     if response.status == 404:
-                        await register(iid)
+                        await register(iid, url)
+                    return
+                except (aiohttp.ClientError, TimeoutError):
+                    continue
+
+        async def heartbeats() -> None:  # as often as they say, round the nodes
+            for round_ in itertools.count():
+                await asyncio.gather(
+                    *(heartbeat(iid, round_ + k) for k, iid in enumerate(sorted(alive)))
+                )
                 await asyncio.sleep(LEASE["renewalIntervalInSecs"])
 
         beating = asyncio.ensure_future(heartbeats())
@@ -217,20 +245,37 @@ async def test_a_node_cut_off_for_a_minute_evicts_nothing_and_converges_in_secon
                 assert (
                     200 == (await session.delete(f"{a}apps/ORDERS/{iid}", headers=AS_CLIENT)).status
                 )
-            put = f"{a}apps/ORDERS/i-2/status?value=OUT_OF_SERVICE&reason=partition+test"
-            assert 200 == (await session.put(put, headers=AS_ADMIN)).status
+            decided = [f"i-{n}" for n in range(2, 12)]
+            for k, iid in enumerate(decided):  # on both nodes of the reachable side
+                put = f"{nodes[k % 2]}apps/ORDERS/{iid}/status?value=OUT_OF_SERVICE&reason=cut"
+                assert 200 == (await session.put(put, headers=AS_ADMIN)).status
+            for k, iid in enumerate(decided[:3]):  # and three taken back, on the other one
+                gone = f"{nodes[(k + 1) % 2]}apps/ORDERS/{iid}/status"
+                assert 200 == (await session.delete(gone, headers=AS_ADMIN)).status
+            expected = {iid: "OUT_OF_SERVICE OUT_OF_SERVICE" for iid in decided[3:]}
             await asyncio.sleep(max(0.0, cut_until - time.monotonic()))
             status = await asyncio.to_thread(_status_inside, hosts[2], c)  # unreachable from here
             await asyncio.to_thread(_ip, "link", "set", f"{TAG}v3", "up")  # healed
+            # This host's heartbeats found C unreachable during the cut: forget that at once.
+            await asyncio.to_thread(_ip, "neigh", "flush", "dev", f"{TAG}br")
             healed = time.monotonic()
             held = status["selfPreservation"]
             assert not held["evicting"] or CUT_SECONDS < 60, held
             while True:
-                views = await asyncio.gather(*(_view(session, u) for u in nodes))
-                if len(set(views)) == 1 and views[0][1] == frozenset(alive):
+                try:
+                    views = await asyncio.gather(*(_view(session, u) for u in nodes))
+                    decisions = await asyncio.gather(*(_decisions(session, u) for u in nodes))
+                except aiohttp.ClientConnectorError as exc:  # C's address being found again
+                    views, decisions = [], [str(exc)]
+                if (
+                    views
+                    and len(set(views)) == 1
+                    and views[0][1] == frozenset(alive)
+                    and all(d == expected for d in decisions)
+                ):
                     converged = time.monotonic() - healed
                     break
-                assert time.monotonic() - healed < 30, views
+                assert time.monotonic() - healed < 30, (views, decisions)
                 await asyncio.sleep(0.1)
         finally:
             beating.cancel()

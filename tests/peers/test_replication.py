@@ -177,6 +177,13 @@ class TestConflicts:
         assert 1 == dispatcher(node).stats.adopted
 
 
+def absent_peer(port: int) -> Settings:
+    """A node's settings whose only peer, on `port`, does not listen yet."""
+    return Settings(
+        peers=(f"http://127.0.0.1:{port}/eureka/",), peer_sync_budget=1, peer_sync_empty_window=1
+    )
+
+
 class TestUnreachablePeer:
     @pytest.fixture
     async def lonely(self, aiohttp_client: AiohttpClient, clock: FakeClock) -> TestClient:
@@ -222,12 +229,7 @@ class TestUnreachablePeer:
         peer_probe_interval (2 s), not at the 30 s congestion cap, and on B's return pulls
         what only B holds at once, not at the next anti-entropy round (30 s)."""
         port = free_port()
-        settings = Settings(
-            peers=(f"http://127.0.0.1:{port}/eureka/",),
-            peer_sync_budget=1,
-            peer_sync_empty_window=1,
-        )
-        a = await aiohttp_client(create_app(settings, clock=clock))
+        a = await aiohttp_client(create_app(absent_peer(port), clock=clock))
         await register(a, iid="on-a")
         for _ in range(60):  # a minute of failed tries
             await clock.advance(1)
@@ -245,6 +247,28 @@ class TestUnreachablePeer:
                 break
         else:
             raise AssertionError(f"not converged 2.5 s after the return: {d.stats}")
+
+    async def test_a_node_with_nothing_to_send_pulls_within_seconds_of_the_return(
+        self, aiohttp_server: AiohttpServer, aiohttp_client: AiohttpClient, clock: FakeClock
+    ):
+        """A node cut off holds no change for its peer, so no batch notices the return; its
+        anti-entropy round that could not reach the peer is tried again every
+        peer_probe_interval (2 s) rather than at the next interval (30 s)."""
+        port = free_port()
+        a = await aiohttp_client(create_app(absent_peer(port), clock=clock))
+        for _ in range(40):  # past its first anti-entropy round, which found no one
+            await clock.advance(1)
+            await asyncio.sleep(0.01)
+        assert 0 == len(dispatcher(a).pending)
+        b = await aiohttp_server(create_app(Settings(), clock=clock), port=port)
+        await register_on(b)
+        for _ in range(25):  # at most 2.5 s of the clock
+            await clock.advance(0.1)
+            await asyncio.sleep(0.01)
+            if any(lease.instance.instance_id == "only-on-b" for lease in registry(a).leases()):
+                break
+        else:
+            raise AssertionError("not pulled 2.5 s after the return")
 
 
 class TestAntiEntropy:
