@@ -15,8 +15,8 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
         # One row per registered instance with its lease's timestamps. `doc` holds the compact
         # form (registry/store/record.py, a JSON array); rows written before it hold the
-        # instance as `GET apps` shows it, read back by the lenient wire reader. (The lease's
-        # timestamps are not read back: a restored instance gets a fresh lease.)
+        # instance as `GET apps` shows it, read back by the lenient wire reader. (These two
+        # lease timestamps are not read back; schema 4 adds the one that is.)
         """CREATE TABLE instances (
             app TEXT NOT NULL,
             id TEXT NOT NULL,

@@ -53,6 +53,7 @@ ADMIN_ENDPOINTS = [
 PEER_ENDPOINTS = [
     ("POST", "/eureka/peerreplication/batch"),
     ("GET", "/eureka/v2/peerreplication/digest"),
+    ("GET", "/eureka/peerreplication/removed?app=ORDERS"),
 ]
 CLIENT_ENDPOINTS = [
     ("POST", "/eureka/apps/ORDERS"),

@@ -93,6 +93,22 @@ class TestItems:
             answer["responseEntity"]["lastDirtyTimestamp"],
         )
 
+    async def test_removals_travel_and_are_listed(self, client: TestClient):
+        """A cancel carrying what it removed and when is remembered and listed; a peer's
+        registration of the copy it removed is then answered 409 removed_here, saying so."""
+        await register(client, lastDirtyTimestamp="1735689000000")
+        removal = {"lastDirtyTimestamp": 1735689000000, "removedAt": 1735689001000}
+        [cancelled] = await post_batch(client, [item("Cancel", **removal)])
+        assert 200 == cancelled["statusCode"]
+        listed = await fetch_json(client, "/eureka/peerreplication/removed?app=orders")
+        assert [{"appName": "ORDERS", "id": "i-1", **removal}] == listed["removed"]
+        doc = instance_doc(lastDirtyTimestamp="1735689000000")
+        doc["leaseInfo"] = {"lastRenewalTimestamp": 1735689000500}
+        [refused] = await post_batch(client, [item("Register", instanceInfo=doc)])
+        assert {"statusCode": 409, "error": "removed_here", **removal} == {
+            key: refused[key] for key in ("statusCode", "error", *removal)
+        }
+
     async def test_a_heartbeat_for_an_unknown_instance_is_404(self, client: TestClient):
         """The sender follows a 404 with the full registration."""
         [answer] = await post_batch(client, [item("Heartbeat", lastDirtyTimestamp=1)])
