@@ -14,6 +14,7 @@ import asyncio
 import statistics
 import sys
 import time
+from collections.abc import Awaitable, Callable
 
 import aiohttp
 import orjson
@@ -31,11 +32,11 @@ async def storm(count: int, connections: int) -> dict[str, float]:
         async with aiohttp.ClientSession(connector=connector) as session:
             ids = [f"i-{k}" for k in range(count)]
 
-            async def each(work: list[str], send: object) -> list[float]:
+            async def each(work: list[str], send: Callable[[str], Awaitable[None]]) -> list[float]:
                 timings = []
                 for iid in work:
                     began = time.perf_counter()
-                    await send(iid)  # type: ignore[operator]
+                    await send(iid)
                     timings.append(time.perf_counter() - began)
                 return timings
 

@@ -41,11 +41,12 @@ from registry.core import Registry
 from registry.errors import UnknownInstance
 from registry.http.peer_api import answer, removal_item
 from registry.journal import DeltaJournal
-from registry.model import DataCenterInfo, InstanceInfo, InstanceStatus, ReplicationAction
+from registry.model import InstanceStatus, ReplicationAction
 from registry.overrides import Note, notes_document, removals_document
 from registry.settings import Settings
 from registry.store.restore import restore
 from registry.store.sqlite import Snapshot, StoredOverride
+from tests.registry.test_core import make
 
 NODES = ("A", "B", "C")
 IDS = ("i-1", "i-2", "i-3", "i-4")
@@ -53,17 +54,6 @@ APP = "ORDERS"
 LEASE_MS = 90_000
 SKEW_MS = 300_000
 S = InstanceStatus
-
-
-def instance(iid: str, dirty_ms: int) -> InstanceInfo:
-    return InstanceInfo(
-        instance_id=iid,
-        app=APP,
-        host_name=f"{iid}.internal",
-        ip_addr="10.0.0.5",
-        data_center_info=DataCenterInfo(name="MyOwn"),
-        last_dirty_ms=dirty_ms,
-    )
 
 
 class Wire:
@@ -217,7 +207,7 @@ class Cluster(RuleBasedStateMachine):
         client.dirty_ms = self.clock.wall_ms()
         client.alive, client.cancelled_ms = True, None
         node = self.node_for(client)
-        node.registry.register(instance(client.iid, client.dirty_ms), now_ms=node.now)
+        node.registry.register(make(client.iid, APP, dirty=client.dirty_ms), now_ms=node.now)
         self.gone_seen = {(n, i) for n, i in self.gone_seen if i != client.iid}
 
     def clock_tick(self) -> None:
