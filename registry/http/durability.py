@@ -3,8 +3,8 @@
 An admin's override and a client's cancel are such changes (a lost registration heals: the
 instance's next heartbeat is answered 404 and it registers again; a lost cancel would leave a
 dead instance listed until its lease runs out, on every node its peers restored it to). Their
-handlers await one flush of the store writer, which writes every change pending in one
-transaction: a storm of cancels shares its commits rather than queueing one each.
+handlers await the store writer's commit: every change pending is written in one transaction,
+and a storm of cancels shares its commits rather than queueing one each.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ async def committed(request: web.Request, what: str) -> None:
     if writer is None:
         return
     try:
-        await writer.flush()
+        await writer.commit()
     except Exception as exc:
         raise StoreUnavailable(
             f"the {what} is in force on this node (and sent to its peers) but could not be "

@@ -85,6 +85,10 @@ class StoreWriter:
         self._history: list[OverrideChange] = []
         self._flushing = asyncio.Lock()  # one flush at a time, so a retry never overtakes
         self._in_flight = 0  # changes in the transaction under way
+        # Changes received, and how many of the first of them are on disk: a caller waiting
+        # for its change (`commit`) returns once a flush that took it has written it.
+        self._received = 0
+        self._written_through = 0
         self.failing_since: float | None = None  # monotonic seconds
         self.last_error: str | None = None
         self.batches = 0
@@ -145,6 +149,7 @@ class StoreWriter:
     def on_change(self, event: ChangeEvent) -> None:
         """Registry listener: remember the newest state of the instance."""
         instance = event.lease.instance
+        self._received += 1
         self._instances[(instance.app, instance.instance_id)] = (
             None if event.action is ActionType.DELETED else event.lease
         )
@@ -152,6 +157,7 @@ class StoreWriter:
     def on_override(self, change: OverrideChange) -> None:
         """Registry listener: the override's newest state is its row (none when gone), and the
         change a row of its history."""
+        self._received += 1
         self._history.append(change)
         if change.action is OverrideAction.INSTANCE_CANCELLED:
             return  # the override stays as it was
@@ -191,6 +197,20 @@ class StoreWriter:
                 self._failed(exc)
                 raise
 
+    async def commit(self) -> None:
+        """Wait until every change made so far is on disk. Callers waiting together share
+        flushes: one whose change a flush already took returns when that flush ends, without
+        a flush (and its round trips to SQLite's thread) of its own. Raises as `flush`."""
+        wanted = self._received
+        async with self._flushing:
+            if self._written_through >= wanted:
+                return
+            try:
+                await self._flush()
+            except FAILURES as exc:
+                self._failed(exc)
+                raise
+
     async def flush_logged(self) -> None:
         """The flush loop's tick: a failure is already logged and counted by `flush`."""
         with contextlib.suppress(*FAILURES):
@@ -207,7 +227,7 @@ class StoreWriter:
         instances, self._instances = self._instances, {}
         overrides, self._overrides = self._overrides, {}
         history, self._history = self._history, []
-        rewrite = self._rewrite
+        rewrite, taken = self._rewrite, self._received
         batch = self._whole_registry() if rewrite else self._batch(instances, overrides)
         batch = dataclasses.replace(batch, history=history)
         self._in_flight = len(instances) + len(history)
@@ -221,15 +241,16 @@ class StoreWriter:
             if write.cancelled() or write.exception() is not None:
                 self._requeue(instances, overrides, history)
             else:
-                self._written(rewrite)
+                self._written(rewrite, taken)
             raise
         except BaseException:
             self._requeue(instances, overrides, history)
             raise
-        self._written(rewrite)
+        self._written(rewrite, taken)
 
-    def _written(self, rewrite: bool) -> None:
+    def _written(self, rewrite: bool, taken: int) -> None:
         self._in_flight = 0
+        self._written_through = max(self._written_through, taken)
         self._rewrite = False
         self.batches += 1
         if self.failing_since is not None:

@@ -47,6 +47,34 @@ async def stored(writer: StoreWriter) -> dict[str, InstanceStatus]:
         await store.close()
 
 
+class TestCommit:
+    async def test_a_commit_returns_once_its_own_change_is_written(
+        self, registry, writer, monkeypatch
+    ):
+        """Waiters share flushes, but one whose change came after a flush took its batch
+        waits for the next: what it asked for is on disk when it returns."""
+        await writer.flush()  # opened
+        store = writer._store
+        assert store is not None
+        taken, go_on, write = asyncio.Event(), asyncio.Event(), store.write
+
+        async def held_write(batch: Batch) -> None:  # the real write, once let go
+            taken.set()
+            await go_on.wait()
+            await write(batch)
+
+        monkeypatch.setattr(store, "write", held_write)
+        registry.register(make("a"), now_ms=T0)
+        first = asyncio.ensure_future(writer.commit())
+        await taken.wait()  # a's batch is taken and being written
+        registry.register(make("b"), now_ms=T0)
+        together = [asyncio.ensure_future(writer.commit()) for _ in range(5)]
+        go_on.set()
+        await asyncio.gather(first, *together)
+        assert {"a": S.UP, "b": S.UP} == await stored(writer)
+        assert (0, 2) == (writer.pending, writer.batches)
+
+
 class TestBatches:
     async def test_many_changes_to_one_instance_are_one_row(self, registry, writer):
         registry.register(make("a"), now_ms=T0)
