@@ -52,7 +52,11 @@ async def cancel(node: Node, iid: str) -> None:
 
 async def test_no_cancel_is_undone_by_a_restart(nodes: Nodes, tmp_path: Path) -> None:
     ports = free_ports(3)
-    stores = {port: {"store": "true", "data_dir": str(tmp_path / str(port))} for port in ports}
+    # Watched closely: no fetch limit (the test reads every node many times a second).
+    stores = {
+        port: {"store": "true", "data_dir": str(tmp_path / str(port)), "fetch_rate_limit": 0}
+        for port in ports
+    }
     # C holds its changes back for a while, so that what it cancels has surely not left it
     # when it is killed.
     survivors = {"replication_max_pending": 5}
