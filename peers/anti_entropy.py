@@ -28,17 +28,21 @@ from registry.tasks import Pacer, wait_set
 log = structlog.get_logger()
 
 
-async def reconcile(client: PeerClient, registry: Registry, digests: Digests, clock: Clock) -> int:
-    """One round with one peer; how many instances changed here, and overrides taken."""
+async def reconcile(
+    client: PeerClient, registry: Registry, digests: Digests, clock: Clock
+) -> tuple[int, int]:
+    """One round with one peer: how many instances changed here (and overrides taken), and
+    in how many applications the digests differed."""
     answer = await client.fetch_digest()
     theirs = answer.get("applications")
     if not isinstance(theirs, Mapping):
         raise PeerError(f"{client.url}: the digest answer has no applications")
     ours = await digests.current(Pacer())
-    changed = 0
+    changed = differed = 0
     for app, digest in theirs.items():
         if not isinstance(app, str) or ours.get(app) == digest:
             continue
+        differed += 1
         document = await client.fetch_application(app)
         removed = merge.removals(await client.fetch_removed(app))
         changed += await merge.merge(
@@ -47,7 +51,7 @@ async def reconcile(client: PeerClient, registry: Registry, digests: Digests, cl
             now_ms=clock.wall_ms(),
             removed=removed,
         )
-    return changed + merge.take_overrides(registry, answer, now_ms=clock.wall_ms())
+    return changed + merge.take_overrides(registry, answer, now_ms=clock.wall_ms()), differed
 
 
 async def anti_entropy_forever(
@@ -62,17 +66,19 @@ async def anti_entropy_forever(
     soon: asyncio.Event | None = None,
 ) -> None:
     """A round every `interval`, at once when `soon` is set (a peer came back), and after
-    `retry` when a peer could not be reached: a node cut off with nothing to send its peers
-    still pulls what they hold within seconds of the heal."""
+    `retry` when the last round could not reach a peer or found the peers differing: a node
+    cut off with nothing to send its peers still pulls what they hold within seconds of the
+    heal, and what the peers' queued changes bring after a round (each side applying them in
+    its own order) is settled within seconds too, not a whole interval later."""
     soon = soon or asyncio.Event()
-    missed = False
+    again = False  # the next round soon
     while True:
-        await wait_set(clock, soon, retry if missed and retry is not None else interval)
+        await wait_set(clock, soon, retry if again and retry is not None else interval)
         soon.clear()
-        missed = False
+        again = False
         for client in peers():
             try:
-                changed = await reconcile(client, registry, digests, clock)
+                changed, differed = await reconcile(client, registry, digests, clock)
             except PeerSyncing:
                 continue
             except PeerRefused as exc:  # it answered, and would answer the same: say so
@@ -81,11 +87,12 @@ async def anti_entropy_forever(
             except PeerError as exc:  # it is down or busy: its dispatcher reports that
                 log.debug("anti_entropy_skipped", peer=client.url, detail=str(exc))
                 # Unreachable (not merely busy): try again soon, to catch its return.
-                missed |= isinstance(exc, PeerUnavailable) and not exc.congested
+                again |= isinstance(exc, PeerUnavailable) and not exc.congested
                 continue
             except Exception:
                 log.exception("anti_entropy_failed", peer=client.url)
                 continue
             lifecycle.synced(f"anti-entropy reached {client.url}")
+            again |= differed > 0
             if changed:
                 log.info("anti_entropy_repaired", peer=client.url, changed=changed)
