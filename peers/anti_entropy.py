@@ -6,14 +6,15 @@ the applications whose digest differs from ours, fetches the peer's instances an
 it remembers, taking what wins by the rule of registry/tombstones.py (see `peers.merge`). The
 digest answer also lists the peer's overrides and override removals, of which the later ones
 are taken. Each side pulls, so a lost batch converges within one interval, and a healed
-partition or a restarted node within seconds, without waiting for heartbeats. Instances only
+partition or a restarted node within seconds, without waiting for heartbeats. A round repairs
+only what differed in the round before as well (`anti_entropy_forever` says why). Instances only
 we hold either reach the peer when it pulls from us, or expire where nobody renews them.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 
 import structlog
 
@@ -27,22 +28,35 @@ from registry.tasks import Pacer, wait_set
 
 log = structlog.get_logger()
 
+# Seconds between a round that saw new differences and the one that repairs what still differs
+SETTLE = 1.0
+
 
 async def reconcile(
-    client: PeerClient, registry: Registry, digests: Digests, clock: Clock
-) -> tuple[int, int]:
+    client: PeerClient,
+    registry: Registry,
+    digests: Digests,
+    clock: Clock,
+    *,
+    seen_before: Collection[str] | None = None,
+) -> tuple[int, set[str]]:
     """One round with one peer: how many instances changed here (and overrides taken), and
-    in how many applications the digests differed."""
+    the applications whose digests differed. With `seen_before`, only those that differed in
+    it too are repaired: a difference seen once may be a change on its way (a deploy keeps a
+    few in flight at any moment), and fetching and merging it would only repeat replication."""
     answer = await client.fetch_digest()
     theirs = answer.get("applications")
     if not isinstance(theirs, Mapping):
         raise PeerError(f"{client.url}: the digest answer has no applications")
     ours = await digests.current(Pacer())
-    changed = differed = 0
+    changed = 0
+    differing = set()
     for app, digest in theirs.items():
         if not isinstance(app, str) or ours.get(app) == digest:
             continue
-        differed += 1
+        differing.add(app)
+        if seen_before is not None and app not in seen_before:
+            continue
         document = await client.fetch_application(app)
         removed = merge.removals(await client.fetch_removed(app))
         changed += await merge.merge(
@@ -51,7 +65,7 @@ async def reconcile(
             now_ms=clock.wall_ms(),
             removed=removed,
         )
-    return changed + merge.take_overrides(registry, answer, now_ms=clock.wall_ms()), differed
+    return changed + merge.take_overrides(registry, answer, now_ms=clock.wall_ms()), differing
 
 
 async def anti_entropy_forever(
@@ -64,21 +78,34 @@ async def anti_entropy_forever(
     interval: float,
     retry: float | None = None,
     soon: asyncio.Event | None = None,
+    settle: float = SETTLE,
 ) -> None:
     """A round every `interval`, at once when `soon` is set (a peer came back), and after
     `retry` when the last round could not reach a peer or found the peers differing: a node
     cut off with nothing to send its peers still pulls what they hold within seconds of the
     heal, and what the peers' queued changes bring after a round (each side applying them in
-    its own order) is settled within seconds too, not a whole interval later."""
+    its own order) is settled within seconds too, not a whole interval later.
+
+    A round repairs only what differed in the round before it as well; a round that saw new
+    differences is followed by one `settle` later. What a deploy's changes on their way make
+    differ for a moment is so left to replication, and so is what a returning node's peers
+    had queued for it (they send it at once: peers/dispatcher.py), which is most of what
+    differs after a restart; fetching all of that too cost the restarted node and its peers
+    seconds of CPU."""
     soon = soon or asyncio.Event()
-    again = False  # the next round soon
+    wait = interval
+    differed: dict[str, set[str]] = {}  # by peer: the applications that differed last round
     while True:
-        await wait_set(clock, soon, retry if again and retry is not None else interval)
+        woken = await wait_set(clock, soon, wait)
         soon.clear()
-        again = False
+        wait = interval
         for client in peers():
+            # A round `soon` asked for, or the first to reach the peer (again), only looks.
+            seen_before = set() if woken else differed.pop(client.url, set())
             try:
-                changed, differed = await reconcile(client, registry, digests, clock)
+                changed, differing = await reconcile(
+                    client, registry, digests, clock, seen_before=seen_before
+                )
             except PeerSyncing:
                 continue
             except PeerRefused as exc:  # it answered, and would answer the same: say so
@@ -87,12 +114,17 @@ async def anti_entropy_forever(
             except PeerError as exc:  # it is down or busy: its dispatcher reports that
                 log.debug("anti_entropy_skipped", peer=client.url, detail=str(exc))
                 # Unreachable (not merely busy): try again soon, to catch its return.
-                again |= isinstance(exc, PeerUnavailable) and not exc.congested
+                if isinstance(exc, PeerUnavailable) and not exc.congested and retry is not None:
+                    wait = min(wait, retry)
                 continue
             except Exception:
                 log.exception("anti_entropy_failed", peer=client.url)
                 continue
             lifecycle.synced(f"anti-entropy reached {client.url}")
-            again |= differed > 0
+            differed[client.url] = differing
+            if differing - seen_before:
+                wait = min(wait, settle)
+            elif differing and retry is not None:
+                wait = min(wait, retry)
             if changed:
                 log.info("anti_entropy_repaired", peer=client.url, changed=changed)

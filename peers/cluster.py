@@ -56,6 +56,12 @@ class Cluster:
         self._local_names = await asyncio.to_thread(local_names, self._settings.host)
         self.set_peers(self._settings.peers)
 
+    def heard_from_a_peer(self) -> None:
+        """A peer called: each peer that could not be reached is tried again soon (which one
+        called is not known: peers are named by URLs, and a request carries no URL)."""
+        for dispatcher in self._fanout:
+            dispatcher.heard_from_a_peer()
+
     def set_peers(self, urls: Iterable[str]) -> None:
         """Replicate to these peers from now on (our own URL among them is skipped)."""
         assert self._session is not None, "start() first"

@@ -9,7 +9,8 @@ order they happened here.
 A network error, a timeout or a 503 puts the batch back and pauses with exponential backoff and
 jitter: up to `replication_max_backoff` for a busy peer (a read timeout, a 503), up to
 `peer_probe_interval` for one that cannot be reached, so that its return is noticed in seconds
-(and `on_return` called: the cluster runs anti-entropy with it at once). Any other refusal drops
+(and `on_return` called: the cluster runs anti-entropy with it at once), or at once when a peer
+calls this node (a restarted node calls its peers as it starts). Any other refusal drops
 the batch (counted). Per-item
 answers drive conflict handling: a heartbeat the peer does not know is followed by the full
 registration, and a 409 carries the peer's newer copy, which we adopt.
@@ -83,6 +84,7 @@ class Dispatcher:
         self._probe_interval = settings.peer_probe_interval
         self._rng = rng or random.Random()
         self._wake = asyncio.Event()
+        self._peer_spoke = asyncio.Event()  # a peer called: see heard_from_a_peer
         self._emptied = asyncio.Event()  # set when a send leaves nothing pending (for drain)
         self._failures = 0
         self._draining = False
@@ -170,7 +172,7 @@ class Dispatcher:
             self.pending.put_back(task for task, _ in batch)
             self.stats.retried += len(batch)
             self._unreachable(str(exc))
-            await self._clock.sleep(self._backoff(congested=exc.congested))
+            await self._pause(self._backoff(congested=exc.congested), congested=exc.congested)
             return
         except PeerRefused as exc:
             # It answers, so no reason to hold back the next batch; this one is lost.
@@ -260,6 +262,21 @@ class Dispatcher:
                 app=task.app,
                 instance_id=task.instance_id,
             )
+
+    def heard_from_a_peer(self) -> None:
+        """A peer called this node: this one, if it could not be reached, may be back (a node
+        that restarts calls its peers at once), so its next try need not wait out the pause."""
+        self._peer_spoke.set()
+
+    async def _pause(self, pause: float, *, congested: bool) -> None:
+        """Wait `pause` before the next try; an unreachable peer's (not a busy one's) ends
+        when a peer calls, but not before _NETWORK_PAUSE, however often peers call."""
+        self._peer_spoke.clear()
+        if congested or pause <= _NETWORK_PAUSE:
+            await self._clock.sleep(pause)
+            return
+        await self._clock.sleep(_NETWORK_PAUSE)
+        await wait_set(self._clock, self._peer_spoke, pause - _NETWORK_PAUSE)
 
     def _unreachable(self, detail: str) -> None:
         if self.stats.reachable is not False:

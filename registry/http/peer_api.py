@@ -21,6 +21,9 @@ notes and the override removals remembered.
 GET peerreplication/removed[?app=APP]: the removals remembered (registry/tombstones.py), of
 one application or all, for anti-entropy and start-up sync.
 
+Any of these calls tells this node a peer is up: a peer it could not reach is tried again at
+once rather than after its pause (peers/dispatcher.py).
+
 Fields of ours in the items (stock Eureka peers ignore them): a Cancel carries the
 `lastDirtyTimestamp` of the copy it removed and `removedAt`; a DeleteStatusOverride carries
 `overrideRemovedAt`; a StatusUpdate the override's note (registry/overrides.py).
@@ -36,7 +39,7 @@ import structlog
 from aiohttp import web
 
 from registry import errors
-from registry.appkeys import CLOCK, DIGESTS, REGISTRY
+from registry.appkeys import CLOCK, CLUSTER, DIGESTS, REGISTRY
 from registry.codec import instance_from_wire, json_codec, wire
 from registry.core import Registry
 from registry.http import params
@@ -55,6 +58,7 @@ _APPLIED: dict[str, Any] = {"statusCode": 200}  # the answer of most items: one 
 
 
 async def batch(request: web.Request) -> web.Response:
+    request.app[CLUSTER].heard_from_a_peer()
     items = await read_document(request, root="replicationList")
     if not isinstance(items, list):
         raise errors.BadInput("replicationList", 'the body must be {"replicationList": [...]}')
@@ -81,6 +85,7 @@ async def batch(request: web.Request) -> web.Response:
 async def digests(request: web.Request) -> web.Response:
     """`{"index": N, "applications": {"APP": "hex", ...}, "overrideNotes": [...]}`: the
     notes of the overrides in force go along, for the peer to take those it lacks."""
+    request.app[CLUSTER].heard_from_a_peer()
     registry = request.app[REGISTRY]
     applications = await request.app[DIGESTS].current(Pacer())
     body = {
@@ -95,6 +100,7 @@ async def digests(request: web.Request) -> web.Response:
 async def removed(request: web.Request) -> web.Response:
     """`{"removed": [{"appName", "id", "lastDirtyTimestamp", "removedAt"}, ...]}`: the
     removals this node remembers, of the application `app` names, or of all."""
+    request.app[CLUSTER].heard_from_a_peer()
     tombstones = request.app[REGISTRY].tombstones
     app = params.query_value(params.query_string(request), "app")
     chosen = tombstones if app is None else tombstones.of(app.upper())

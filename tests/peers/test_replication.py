@@ -4,6 +4,7 @@ what the sender does with the peer's answers (contract 11.2-11.4)."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -13,6 +14,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
+from peers.anti_entropy import SETTLE
 from peers.cluster import Cluster
 from peers.dispatcher import Dispatcher
 from registry import FakeClock, Settings, create_app
@@ -248,6 +250,36 @@ class TestUnreachablePeer:
         else:
             raise AssertionError(f"not converged 2.5 s after the return: {d.stats}")
 
+    async def test_a_call_from_a_peer_ends_the_pause_before_the_next_try(
+        self, aiohttp_server: AiohttpServer, aiohttp_client: AiohttpClient, clock: FakeClock
+    ):
+        """A restarted node calls its peers as it starts (anti-entropy): a node holding changes
+        for a peer it could not reach tries again then, not when its pause (here at least
+        15 s: peer_probe_interval 30 s) is over."""
+        port = free_port()
+        settings = dataclasses.replace(absent_peer(port), peer_probe_interval=30)
+        a = await aiohttp_client(create_app(settings, clock=clock))
+        await register(a, iid="on-a")
+        d = dispatcher(a)
+        for _ in range(30):  # failed tries: the pauses (from 0.1 s, doubling) reach 12.8 s
+            await clock.advance(1)
+            await asyncio.sleep(0.01)
+        retried = d.stats.retried
+        for _ in range(30):  # until a try has just failed: a pause of 15-30 s begins
+            if d.stats.retried != retried:
+                break
+            await clock.advance(1)
+            await asyncio.sleep(0.01)
+        assert (False, 1) == (d.stats.reachable, len(d.pending))
+        b = await aiohttp_server(create_app(Settings(), clock=clock), port=port)
+        response = await a.get("/eureka/peerreplication/digest", headers=REPLICATION)
+        assert 200 == response.status
+        for _ in range(3):  # 0.3 s of the clock
+            await clock.advance(0.1)
+            await asyncio.sleep(0.02)
+        await eventually(lambda: d.stats.reachable, timeout=2)
+        assert has(b, "on-a")
+
     async def test_a_node_with_nothing_to_send_pulls_within_seconds_of_the_return(
         self, aiohttp_server: AiohttpServer, aiohttp_client: AiohttpClient, clock: FakeClock
     ):
@@ -275,7 +307,9 @@ class TestAntiEntropy:
     async def test_what_replication_missed_is_pulled(
         self, node: TestClient, peer: TestServer, clock: FakeClock
     ):
-        """An instance only B holds (no batch ever carried it) reaches A within one interval."""
+        """An instance only B holds (no batch ever carried it) reaches A within one interval:
+        the round that sees the difference is followed, SETTLE later, by one that repairs what
+        still differs (what was on its way by replication would not)."""
         await register_on(peer)
         async with aiohttp.ClientSession() as session:
             digests = await (
@@ -286,17 +320,19 @@ class TestAntiEntropy:
             lease.instance.instance_id == "only-on-b" for lease in registry(node).leases()
         )
         await clock.advance(30)
-        await eventually(
-            lambda: any(
-                lease.instance.instance_id == "only-on-b" for lease in registry(node).leases()
-            )
-        )
+        for _ in range(5):  # each step a round's real round trips, then the clock
+            await asyncio.sleep(0.05)
+            if has(node, "only-on-b"):
+                break
+            await clock.advance(SETTLE)
+        else:
+            raise AssertionError("not pulled in the rounds after the interval")
 
     async def test_a_peers_fetch_limit_does_not_hold_anti_entropy_back(
         self, aiohttp_server: AiohttpServer, aiohttp_client: AiohttpClient, clock: FakeClock
     ):
         """B throttles its clients hard; A's anti-entropy still pulls every application B
-        holds alone in one round (peers are never throttled)."""
+        holds alone in one round (peers are never throttled), the one after it saw them."""
         b = await aiohttp_server(
             create_app(Settings(fetch_rate_limit=0.01, fetch_burst=1), clock=clock)
         )
@@ -306,4 +342,10 @@ class TestAntiEntropy:
         for n in range(20):
             await register_on(b, f"APP{n}", f"i-{n}")
         await clock.advance(30)
-        await eventually(lambda: len(registry(a)) == 20, what="every application pulled")
+        for _ in range(5):  # each step a round's real round trips, then the clock
+            await asyncio.sleep(0.05)
+            if len(registry(a)) == 20:
+                break
+            await clock.advance(SETTLE)
+        else:
+            raise AssertionError("not every application pulled")
