@@ -368,7 +368,8 @@ async def _evictor(app: web.Application) -> AsyncIterator[None]:
 
 async def _journal_cleaner(app: web.Application) -> AsyncIterator[None]:
     """Forgets changes and removals older than their retention; encodes again what is older
-    than the cache's maximum age; refreshes the read-only cache layer when it is on."""
+    than the cache's maximum age, and what changes dropped in the formats being read; refreshes
+    the read-only cache layer when it is on."""
     clock, journal, cache, catalog = app[CLOCK], app[JOURNAL], app[CACHE], app[CATALOG]
 
     registry = app[REGISTRY]
@@ -385,6 +386,7 @@ async def _journal_cleaner(app: web.Application) -> AsyncIterator[None]:
         await catalog.refresh(
             now=clock.monotonic(), refreshed=cache.drop_application, pacer=Pacer()
         )
+        await catalog.keep_warm(now=clock.monotonic(), pacer=Pacer())
 
     settings = app[SETTINGS]
     loops = Loops(clock)

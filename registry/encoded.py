@@ -102,12 +102,7 @@ class Document:
 
     async def _assemble(self) -> list[bytes]:
         try:
-            missing = [block for block in self.blocks if block.segment is None]
-            if sum(len(block) for block in missing) <= _INLINE_BYTES:
-                _compress(missing)
-            else:
-                # zlib lets go of the GIL while it compresses: the loop goes on meanwhile.
-                await asyncio.to_thread(_compress, missing)
+            await compress(self.blocks)
             gzip, pacer = GzipPieces(), Pacer()
             for block in self.blocks:
                 gzip.add(_segment(block))
@@ -138,6 +133,16 @@ def coalesced(pieces: list[bytes]) -> list[bytes]:
     if group:
         out.append(b"".join(group))
     return out
+
+
+async def compress(blocks: Iterable[Block]) -> None:
+    """Make the segments `blocks` lack: on the loop if they are few bytes, else in a thread
+    (zlib lets go of the GIL while it compresses: the loop goes on meanwhile)."""
+    missing = [block for block in blocks if block.segment is None]
+    if sum(len(block) for block in missing) <= _INLINE_BYTES:
+        _compress(missing)
+    else:
+        await asyncio.to_thread(_compress, missing)
 
 
 def _compress(blocks: list[Block]) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 
 from registry import payloads
-from registry.catalog import Catalog
+from registry.catalog import WARM_FOR, Catalog
 from registry.codec import Format
 from registry.core import Registry
 from registry.journal import DeltaJournal
@@ -87,6 +87,26 @@ class TestRefresh:
         assert INSTANCES == catalog.encoded
         block = bytes(catalog.block("APP0", Format.JSON, now=31.0).data)
         assert b'"lastRenewalTimestamp":%d' % (T0 + 20_000) in block
+
+
+class TestKeepWarm:
+    async def test_the_formats_read_are_joined_and_compressed_ahead_of_the_next_read(self):
+        """After changes, the blocks of a format read lately are joined and compressed off the
+        read: the next gzip full document compresses nothing but its head; a format nobody
+        read is left alone, and one not read for WARM_FOR is let go."""
+        registry, catalog = populated()
+        await catalog.prepare(Format.JSON, now=0.0, pacer=Pacer())
+        document = payloads.full_registry(registry, catalog, Format.JSON, now=0.0)
+        await document.gzipped()
+        for n in range(5):
+            registry.register(make(f"new-{n}", app=f"APP{n + 1}"), now_ms=T0 + 1)
+        assert 5 == await catalog.keep_warm(now=1.0, pacer=Pacer())
+        after = payloads.full_registry(registry, catalog, Format.JSON, now=1.0)
+        assert [0] == [n for n, block in enumerate(after.blocks) if block.segment is None]
+        assert INSTANCES + 5 == catalog.encoded  # XML was never read: nothing encoded in it
+        registry.register(make("late", app="APP9"), now_ms=T0 + 2)
+        assert 0 == await catalog.keep_warm(now=1.0 + WARM_FOR + 1, pacer=Pacer())
+        assert 0 == await catalog.keep_warm(now=2.0 + WARM_FOR, pacer=Pacer())
 
 
 class TestVips:
