@@ -20,6 +20,8 @@ from typing import Any
 
 from registry.__main__ import loop_name, new_event_loop
 from tests.bench.client_scenario import client_figures, client_rows
+from tests.bench.cluster import cluster
+from tests.bench.cluster_report import cluster_rows
 from tests.bench.load import LoadGenerator
 from tests.bench.propagation import propagation
 from tests.bench.scale import scale
@@ -124,6 +126,8 @@ async def run(plan: Plan) -> dict[str, Any]:
         results["client"] = await client_figures(plan)
     if "workers" in plan.scenarios:
         results["workers"] = await workers(plan)
+    if "cluster" in plan.scenarios:
+        results["cluster"] = await cluster(plan)
     return results
 
 
@@ -185,6 +189,8 @@ def table(results: dict[str, Any], *, judged: bool = True) -> str:
         rows.extend(scale_rows(results["scale"], judged=judged))
     if "client" in results:
         rows.extend(client_rows(results["client"], judged=judged))
+    if "cluster" in results:
+        rows.extend(cluster_rows(results["cluster"], judged=judged))
     if "memory" not in results:
         return _render(rows)
     mem = results["memory"]

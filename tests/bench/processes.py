@@ -7,7 +7,7 @@ import os
 import shutil
 import sys
 import tempfile
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -81,21 +81,25 @@ async def registry(
 
 
 @asynccontextmanager
-async def cluster(count: int, **settings: object) -> AsyncIterator[list[Server]]:
-    """`count` registry nodes on loopback, each with all of them as peers (a full mesh).
+async def cluster(
+    count: int, *, data_dirs: Sequence[Path] = (), **settings: object
+) -> AsyncIterator[list[Server]]:
+    """`count` registry nodes on loopback, each with all of them as peers (a full mesh), and
+    with its store in `data_dirs`' entry when given (else one of its own, gone afterwards).
 
     They start together: each waits for the others before it serves reads. Should one fail to
     start, the others are stopped.
     """
     ports = [free_port() for _ in range(count)]
     peers = ",".join(f"http://127.0.0.1:{port}/eureka/" for port in ports)
+    stores = [{"data_dir": d} for d in data_dirs] or [{} for _ in ports]
     async with AsyncExitStack() as stack:
         async with asyncio.TaskGroup() as group:
             starting = [
                 group.create_task(
-                    stack.enter_async_context(registry(port, peers=peers, **settings))
+                    stack.enter_async_context(registry(port, peers=peers, **store, **settings))
                 )
-                for port in ports
+                for port, store in zip(ports, stores, strict=True)
             ]
         yield [task.result() for task in starting]
 

@@ -197,6 +197,8 @@ async def probe(spec: dict[str, Any]) -> dict[str, Any]:
         except (OSError, asyncio.IncompleteReadError, ValueError) as exc:
             failures.failed(type(exc).__name__)
             writer.close()
+            while idle:  # a server that broke one has most likely lost all (killed, restarted)
+                idle.popleft()[1].close()
             return
         idle.append((reader, writer))
         if status != 200:

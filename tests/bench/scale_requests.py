@@ -8,6 +8,7 @@ scenario (`tests.bench.scale`) and its helper processes (`tests.bench.scale_clie
 from __future__ import annotations
 
 import collections
+import dataclasses
 import hashlib
 import json
 import statistics
@@ -47,11 +48,17 @@ def scale_instance(k: int, apps: int) -> tuple[str, str, str]:
     return f"SCALE{k % apps}", f"scale-{k}", ip
 
 
-def registration(k: int, apps: int) -> tuple[str, bytes]:
+def registration(k: int, apps: int, lease: tuple[int, int] | None = None) -> tuple[str, bytes]:
     """The k-th instance's registration path and JSON body, with the metadata a Spring Cloud
-    service typically carries (VIP address: the application's name in lower case)."""
+    service typically carries (VIP address: the application's name in lower case); `lease`:
+    its renewal interval and duration in seconds, when not the bench's default."""
     app, iid, ip = scale_instance(k, apps)
     body = workloads.instance_body(app, iid, ip)
+    if lease is not None:
+        body["instance"]["leaseInfo"] = {  # type: ignore[index]
+            "renewalIntervalInSecs": lease[0],
+            "durationInSecs": lease[1],
+        }
     body["instance"]["metadata"] = {  # type: ignore[index]
         "management.port": "8081",
         "zone": ZONES[k % len(ZONES)],
@@ -82,6 +89,7 @@ class Timings:
     errors: int = 0
     timeouts: int = 0
     skipped: int = 0  # fell due while the one before was still out
+    sent_at: list[float] = field(default_factory=list)  # monotonic, beside `ms`
     error_kinds: collections.Counter[str] = field(default_factory=collections.Counter)
 
     def failed(self, kind: str) -> None:
@@ -121,8 +129,28 @@ class Timings:
             self.failed(f"status {response.status}")
             return
         self.ms.append(1000 * (time.perf_counter() - started))
+        self.sent_at.append(time.monotonic() - self.ms[-1] / 1000)
         self.answered_ms.append(1000 * (answered - started))
         self.sizes.append(size)
+
+    def split(self, at: float) -> tuple[Timings, Timings]:
+        """Those sent before `at` (monotonic), and the others with every failure (which
+        are not timed)."""
+        before, after = Timings(), dataclasses.replace(self, ms=[], answered_ms=[], sizes=[])
+        after.sent_at = []
+        for sample in zip(self.ms, self.answered_ms, self.sizes, self.sent_at, strict=True):
+            part = before if sample[3] < at else after
+            part.ms.append(sample[0])
+            part.answered_ms.append(sample[1])
+            part.sizes.append(sample[2])
+            part.sent_at.append(sample[3])
+        return before, after
+
+    def slowest(self, since: float, count: int = 5) -> list[dict[str, float]]:
+        """The `count` slowest round trips, each with when it was sent, in seconds from
+        `since` (monotonic)."""
+        pairs = sorted(zip(self.ms, self.sent_at, strict=True), reverse=True)[:count]
+        return [{"sent_at_s": round(at - since, 2), "ms": round(ms, 1)} for ms, at in pairs]
 
     def summary(self) -> dict[str, Any]:
         return {

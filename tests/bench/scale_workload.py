@@ -37,6 +37,7 @@ WORKLOAD_LEAD = 3.0  # seconds for the probing process to start before the workl
 LAG_RECENT = "registry_event_loop_lag_recent_max_seconds"
 LAG_MAX = "registry_event_loop_lag_max_seconds"
 LAG_HISTOGRAM = "registry_event_loop_lag_seconds"
+Until = float | Callable[[], float]  # an end in monotonic seconds, or what says it
 
 
 # The mixed workload -------------------------------------------------------------------------
@@ -108,7 +109,7 @@ async def _delta_fetches(
     session: aiohttp.ClientSession,
     server: processes.Server,
     first: float,
-    end: float,
+    end: Until,
     timings: Timings,
 ) -> None:
     """One stock client: the gzip JSON delta once a second."""
@@ -164,17 +165,21 @@ async def _registrations(
 
 
 async def _every(
-    interval: float, first: float, end: float, send: Callable[[int], Awaitable[None]]
+    interval: float, first: float, end: Until, send: Callable[[int], Awaitable[None]]
 ) -> int:
-    """`send(tick)` at `first`, then every `interval` until `end` (monotonic seconds), each
-    awaited before the next; how many fell due meanwhile and were skipped."""
+    """`send(tick)` at `first`, then every `interval` until `end` (monotonic seconds, or what
+    a callable says it is by then), each awaited before the next; how many fell due meanwhile
+    and were skipped."""
+    until = end if callable(end) else lambda: end
     due, tick, skipped = first, 0, 0
-    while due < end:
+    while due < until():
         await asyncio.sleep(max(0.0, due - time.monotonic()))
+        if due >= until():
+            break
         await send(tick)
         tick += 1
         due += interval
-        while due < min(end, time.monotonic()):
+        while due < min(until(), time.monotonic()):
             due += interval
             skipped += 1
     return skipped

@@ -29,6 +29,7 @@ SCENARIOS = (
     "scale",
     "client",
     "workers",
+    "cluster",
 )
 # The delta scenario's window, in seconds (Eureka's is 180).
 DELTA_WINDOW = 3
