@@ -39,6 +39,7 @@ from registry.appkeys import (
 from registry.cache import ResponseCache
 from registry.catalog import Catalog
 from registry.clock import Clock, SystemClock
+from registry.codec import Format
 from registry.core import Registry
 from registry.credentials import Credentials
 from registry.eviction import Evictor
@@ -63,6 +64,7 @@ log = structlog.get_logger()
 
 HOUR = 3600.0
 CATALOG_REFRESH = 1.0  # seconds between looks for encoded instances older than the max age
+READ_FORMATS_INTERVAL = 10.0  # seconds between looks at which formats to remember for a restart
 
 
 Reload = Callable[[], Settings]
@@ -292,7 +294,7 @@ def _reload_credentials(current: Credentials | None, settings: Settings) -> str:
 
 async def _store(app: web.Application) -> AsyncIterator[None]:
     """Restore the registry from the store, then write its changes behind until shutdown."""
-    settings, clock, registry = app[SETTINGS], app[CLOCK], app[REGISTRY]
+    settings, clock, registry, catalog = app[SETTINGS], app[CLOCK], app[REGISTRY], app[CATALOG]
     if not settings.store:
         yield
         return
@@ -319,6 +321,8 @@ async def _store(app: web.Application) -> AsyncIterator[None]:
             app[LIFECYCLE].move(
                 Phase.RESTORING, f"restored {app[RESTORED]} instances from {writer.path}"
             )
+            formats = [fmt for fmt in Format if fmt.value in snapshot.read_formats]
+            catalog.expect_reads(formats, now=clock.monotonic())
     retention_ms = int(settings.override_history_retention * 1000)
     tombstone_retention_ms = int(settings.tombstone_retention * 1000)
 
@@ -326,9 +330,19 @@ async def _store(app: web.Application) -> AsyncIterator[None]:
         await writer.forget_history(before_ms=clock.wall_ms() - retention_ms)
         await writer.forget_tombstones(before_ms=clock.wall_ms() - tombstone_retention_ms)
 
+    remembered: list[Format] = []
+
+    async def remember_read_formats() -> None:
+        nonlocal remembered
+        formats = catalog.read_formats(now=clock.monotonic())
+        if formats != remembered:
+            await writer.remember_read_formats(fmt.value for fmt in formats)
+            remembered = formats
+
     loops = Loops(clock)
     loops.every(settings.store_flush_interval, writer.flush_logged, name="store_flush")
     loops.every(HOUR, forget_old_history, name="override_history")
+    loops.every(READ_FORMATS_INTERVAL, remember_read_formats, name="read_formats")
     yield
     await loops.stop()
     await writer.close()  # what is owed is written first
@@ -384,7 +398,10 @@ async def _journal_cleaner(app: web.Application) -> AsyncIterator[None]:
 
     async def refresh() -> None:
         await catalog.refresh(
-            now=clock.monotonic(), refreshed=cache.drop_application, pacer=Pacer()
+            now=clock.monotonic(),
+            refreshed=cache.drop_application,
+            pacer=Pacer(),
+            every=CATALOG_REFRESH,
         )
         await catalog.keep_warm(now=clock.monotonic(), pacer=Pacer())
 

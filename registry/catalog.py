@@ -8,18 +8,21 @@ that changed (a new `InstanceInfo`) and writing every lease's few numbers afresh
 encoded until a document that needs it is read.
 
 Heartbeats are not changes, so a block's `lastRenewalTimestamp` values are as of its joining:
-`refresh` joins again the blocks older than `max_age`, a few at a time, so none is older than
-that (plus one refresh interval). That costs the lease numbers, not the instances' encoding.
+`refresh` joins again the blocks older than half of `max_age`, a share each second, so none is
+older than that. That costs the lease numbers, not the instances' encoding.
 
 A format a full document was read in within WARM_FOR is kept warm (`keep_warm`): the blocks
 changes dropped are joined and compressed again within a second, off the read. During a deploy
 changes touch most applications between two full fetches (at 100 000 instances in 500
 applications and 20 changes a second, half of them in 15 s), and a read that joined and
 compressed all of those took seconds on a busy node; it now finds all but the last second's.
+The formats kept warm are remembered in the store, and a node restarted on it prepares them as
+it starts serving (`expect_reads`).
 """
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Callable, Iterable
 from functools import partial
@@ -126,6 +129,17 @@ class Catalog:
         self._read_at[fmt] = now
         await self._preparing.run(fmt, lambda: self._prepare(fmt, now=now, pacer=pacer))
 
+    def read_formats(self, *, now: float) -> list[Format]:
+        """The formats kept warm as of `now`: a store remembers them for a restart."""
+        return [fmt for fmt, at in self._read_at.items() if now - at <= WARM_FOR]
+
+    def expect_reads(self, formats: Iterable[Format], *, now: float) -> None:
+        """Keep `formats` warm from now on, as if read now: a node restarted on its store
+        prepares what its clients read before the restart, rather than on their first read
+        (which clients failing over to it make at once)."""
+        for fmt in formats:
+            self._read_at[fmt] = now
+
     async def keep_warm(self, *, now: float, pacer: Pacer) -> int:
         """Join and compress the blocks that changes (or `refresh`) left to do, in each format
         a full document was put together in within WARM_FOR; how many blocks were compressed."""
@@ -189,23 +203,42 @@ class Catalog:
 
     # Keeping items fresh -------------------------------------------------------------------
 
-    async def refresh(self, *, now: float, refreshed: Refreshed, pacer: Pacer) -> int:
-        """Join again every block older than `max_age`; tell `refreshed` of each application,
-        so the documents made of its old block go. Returns how many blocks."""
+    async def refresh(
+        self, *, now: float, refreshed: Refreshed, pacer: Pacer, every: float = 1.0
+    ) -> int:
+        """Join again, oldest first, blocks older than half of `max_age`: each call (made
+        `every` seconds) takes its share, so that all such blocks are done within the other
+        half. Tells `refreshed` of each application, so the documents made of its old block
+        go. Returns how many blocks.
+
+        A share rather than all at once: a storm builds every block within seconds, on every
+        node of a cluster, and all of them would then come due together, every `max_age`:
+        joining and compressing them all made every node's reads wait a few hundred
+        milliseconds at the same moments. Taken a share at a time, they come due spread out."""
         if self._max_age is None:
             return 0
-        horizon = now - self._max_age
+        half = self._max_age / 2
+        horizon = now - half
+        aged = sorted(
+            (encoded.built_at, n, fmt, app)
+            for n, (fmt, by_app) in enumerate(self._encoded.items())
+            for app, encoded in by_app.items()
+            if encoded.block is not None and encoded.built_at < horizon
+        )
+        blocks = sum(
+            e.block is not None for by_app in self._encoded.values() for e in by_app.values()
+        )
+        share = math.ceil(blocks * every / half)
         count = 0
-        for fmt, by_app in self._encoded.items():
-            for app in [app for app, encoded in by_app.items() if encoded.block is not None]:
-                encoded = by_app.get(app)
-                if encoded is None or encoded.block is None or encoded.built_at >= horizon:
-                    continue  # gone, dropped, or joined anew while this one waited its turn
-                encoded.block = None
-                self.block(app, fmt, now=now)
-                refreshed(app, self._vips_of(app))
-                count += 1
-                await pacer.pace()
+        for _, _, fmt, app in aged[:share]:
+            encoded = self._encoded[fmt].get(app)
+            if encoded is None or encoded.block is None or encoded.built_at >= horizon:
+                continue  # gone, dropped, or joined anew while this one waited its turn
+            encoded.block = None
+            self.block(app, fmt, now=now)
+            refreshed(app, self._vips_of(app))
+            count += 1
+            await pacer.pace()
         return count
 
     # Internals -----------------------------------------------------------------------------

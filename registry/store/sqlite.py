@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sqlite3
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -29,6 +29,7 @@ from registry.tombstones import Tombstone
 log = structlog.get_logger()
 
 BUSY_TIMEOUT_MS = 5_000  # how long a statement waits for another connection's lock
+READ_FORMATS = "read_formats"  # meta key: media types full documents were read in, by commas
 
 
 class NewerSchema(Exception):
@@ -89,6 +90,8 @@ class Snapshot:
     tombstones: list[Tombstone] = field(default_factory=list)
     # Overrides removed (deleted, expired) and not set again: (instance id, app, when).
     override_removals: list[tuple[str, str, int]] = field(default_factory=list)
+    # The media types full documents were last read in (see Catalog.keep_warm)
+    read_formats: list[str] = field(default_factory=list)
 
 
 class Store:
@@ -217,6 +220,7 @@ class Store:
             renewals=renewals,
             tombstones=tombstones,
             override_removals=removals,
+            read_formats=[f for f in meta.get(READ_FORMATS, "").split(",") if f],
         )
 
     async def history(self, *, since_ms: int = 0) -> list[dict[str, object]]:
@@ -307,6 +311,13 @@ class Store:
     async def forget_history(self, *, before_ms: int) -> None:
         async with self._transaction() as db:
             await db.execute("DELETE FROM override_history WHERE at_ms < ?", (before_ms,))
+
+    async def remember_read_formats(self, formats: Iterable[str]) -> None:
+        """The media types full documents are being read in, for a restart to prepare."""
+        async with self._transaction() as db:
+            await db.execute(
+                "INSERT OR REPLACE INTO meta VALUES (?, ?)", (READ_FORMATS, ",".join(formats))
+            )
 
     async def forget_tombstones(self, *, before_ms: int) -> None:
         """Purge removals past their retention (registry/tombstones.py)."""

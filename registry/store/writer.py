@@ -25,7 +25,7 @@ import contextlib
 import dataclasses
 import os
 import sqlite3
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import structlog
@@ -178,6 +178,11 @@ class StoreWriter:
         async with self._flushing:
             store = self._store or await self._opened()
             await store.forget_history(before_ms=before_ms)
+
+    async def remember_read_formats(self, formats: Iterable[str]) -> None:
+        async with self._flushing:
+            store = self._store or await self._opened()
+            await store.remember_read_formats(formats)
 
     async def forget_tombstones(self, *, before_ms: int) -> None:
         async with self._flushing:

@@ -6,14 +6,18 @@ In order:
 * start: three node processes, each with its own store and the others as peers, started
   together.
 * load: the fleet (`tests.bench.cluster_fleet`, a process of its own) registers every instance
-  on its own node; then how long until every node held all of them. The readers read from
+  on its own node; then how long until every node held all of them, and had written them
+  to its store (the workload starts once the load has settled so). From then on every
+  instance heartbeats once every `interval` on its own node (failing over to the next when
+  that one does not answer). The readers read from
   here on (`Reads`): DELTA_READERS stock clients reading the gzip delta once a second,
-  spread over the nodes, and one full fetch every FULL_INTERVAL, gzip JSON and XML in turn,
-  on the nodes in turn (a fleet's clients go on reading while others register). What they
-  read during the load is reported apart.
-* workload, for `seconds`: every instance heartbeating once every `interval` on its own node
-  (failing over to the next when that one does not answer); CHURN_PER_SECOND registrations
-  and as many cancels on nodes at random; the readers; on each node a heartbeat probe every
+  spread over the nodes, and one full fetch every `full_interval`, gzip JSON and XML in turn,
+  on the nodes in turn (a fleet's clients go on reading while others register). The
+  workload starts once every node has answered a full fetch in each form: those first, cold
+  reads (each encodes and compresses the whole registry) are reported apart, with the others
+  made during the load.
+* workload, for `seconds`: the heartbeats; CHURN_PER_SECOND registrations and as many
+  cancels on nodes at random; the readers; on each node a heartbeat probe every
   PROBE_INTERVAL (a process per node, `scale_clients probe`); a watch stream on every node,
   timing each churned registration from its send until every other node's stream has it.
   `kill_at` seconds in, one node is SIGKILLed; `outage` seconds later it is started again on
@@ -48,14 +52,20 @@ import orjson
 
 from tests.bench import processes
 from tests.bench.scale_clients import run_helper
-from tests.bench.scale_requests import FORMS, REQUEST_TIMEOUT, Timings, new_session
+from tests.bench.scale_requests import (
+    FORMS,
+    REQUEST_TIMEOUT,
+    Timings,
+    new_session,
+    new_status_session,
+)
 from tests.bench.scale_workload import _delta_fetches, _every
 from tests.bench.scenarios import Plan, _percentile, _status
+from tests.bench.store import _written
 
 NODES = 3
 VICTIM = 2  # the node killed and started again
 DELTA_READERS = 30
-FULL_INTERVAL = 5.0
 PROBED = 300  # the probes heartbeat the first PROBED instances, which the churn never cancels
 LEAD = 3.0  # seconds for the probes to open their connections before the workload
 LEASE_SECONDS = 90
@@ -75,9 +85,10 @@ class Sizes:
     seconds: float  # of the workload
     kill_at: float  # seconds into the workload
     outage: float
+    full_interval: float = 5.0  # between two full fetches (of the nodes in turn)
 
 
-SMOKE = Sizes(instances=1_500, apps=15, interval=3.0, seconds=9.0, kill_at=3.0, outage=2.0)
+SMOKE = Sizes(1_500, 15, interval=3.0, seconds=9.0, kill_at=3.0, outage=2.0, full_interval=1.0)
 
 
 @dataclass
@@ -132,12 +143,17 @@ async def _run(
         stdout=asyncio.subprocess.PIPE,
     )
     assert fleet.stdin is not None and fleet.stdout is not None
-    reads = Reads(nodes)
+    reads = Reads(nodes, sizes.full_interval)
     try:
         async with new_session(0) as session:
             reading = asyncio.create_task(reads.run(session, time.monotonic()))
             loaded = json.loads(await asyncio.wait_for(fleet.stdout.readline(), FLEET_TIMEOUT))
             load = await _everywhere(nodes, sizes.instances, loaded["loaded"])
+            async with new_status_session() as status:
+                for node in nodes:  # each node's store has written the load
+                    await _written(status, node)
+            load["settled_after_seconds"] = round(time.monotonic() - loaded["loaded"]["ended"], 2)
+            await asyncio.wait_for(reads.each_read.wait(), LOADED_TIMEOUT)
             start = time.monotonic() + LEAD
             reads.end = churn_end = start + sizes.seconds
             times = {"start": start, "churn_end": churn_end, "end": churn_end + sizes.interval}
@@ -254,15 +270,18 @@ async def _cpu_at(at: float, nodes: list[processes.Server]) -> list[float]:
 
 class Reads:
     """The readers: DELTA_READERS stock clients each reading the gzip delta once a second from
-    their node, and one full fetch every FULL_INTERVAL, from the nodes in turn and in each form
+    their node, and one full fetch every `full_interval`, from the nodes in turn and in each form
     in turn. They read from the load's start, as a fleet's clients go on reading while others
-    register, until `end`; their figures are split at the workload's start."""
+    register, until `end`; their figures are split at the workload's start (those before
+    it: "during the load", its first reads included)."""
 
-    def __init__(self, nodes: list[processes.Server]) -> None:
+    def __init__(self, nodes: list[processes.Server], full_interval: float) -> None:
         self.nodes = nodes
+        self.full_interval = full_interval
         self.deltas = [Timings() for _ in nodes]
         self.fulls = [{"json+gzip": Timings(), "xml+gzip": Timings()} for _ in nodes]
         self.end = math.inf  # monotonic seconds, once known
+        self.each_read = asyncio.Event()  # every node has answered a full fetch in each form
 
     async def run(self, session: aiohttp.ClientSession, first: float) -> None:
         names = list(self.fulls[0])
@@ -271,12 +290,14 @@ class Reads:
             n, name = tick % NODES, names[tick // NODES % len(names)]
             url = f"{self.nodes[n].url}/eureka/apps/"
             await self.fulls[n][name].request(session, "GET", url, headers=FORMS[name])
+            if all(t.ms for fulls in self.fulls for t in fulls.values()):
+                self.each_read.set()
 
         def until() -> float:
             return self.end
 
         await asyncio.gather(
-            _every(FULL_INTERVAL, first, until, full),
+            _every(self.full_interval, first, until, full),
             *(
                 _delta_fetches(
                     session,

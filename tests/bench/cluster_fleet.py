@@ -4,12 +4,12 @@ stock client does, and a deploy's churn, in a process of its own.
 `python -m tests.bench.cluster_fleet SPEC_JSON`, then on stdin one JSON line of times:
 
 1. It registers every instance on its own node (instance k's is node k % nodes), CLIENTS
-   requests at a time per node, and prints `{"loaded": {...}}`.
+   requests at a time per node, and prints `{"loaded": {...}}`. From then on it sends each
+   live instance's heartbeat once every `interval`, spread evenly (instance k's phase is its
+   place in the fleet).
 2. It reads `{"start": s, "churn_end": c, "end": e}` (CLOCK_MONOTONIC, one clock for the
-   machine) and from `start` until `end` sends each live instance's heartbeat once every
-   `interval`, spread evenly (instance k's phase is its place in the fleet). From `start`
-   until `churn_end` it registers CHURN_PER_SECOND new instances and cancels as many, each on
-   a node at random.
+   machine). From `start` until `churn_end` it registers CHURN_PER_SECOND new instances and
+   cancels as many, each on a node at random; the heartbeats stop at `end`.
 3. It writes its report, JSON, to the spec's `out`: what was acknowledged and when, for the
    runner to judge every node's registry against.
 
@@ -29,10 +29,11 @@ import asyncio
 import collections
 import itertools
 import json
+import math
 import random
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
@@ -195,14 +196,14 @@ async def load(fleet: Fleet, instances: int) -> dict[str, Any]:
     return {"began": began, "ended": time.monotonic(), "errors": dict(errors)}
 
 
-async def heartbeats(fleet: Fleet, start: float, end: float, interval: float) -> int:
-    """Each live instance's heartbeat once every `interval`, in batches TICK apart; how many
-    were sent."""
+async def heartbeats(fleet: Fleet, start: float, end: Callable[[], float], interval: float) -> int:
+    """Each live instance's heartbeat once every `interval`, in batches TICK apart, until what
+    `end` says; how many were sent."""
     sent: set[asyncio.Task[None]] = set()
     cursor, owed, total = 0, 0.0, 0
     for tick in itertools.count():
         due = start + tick * TICK
-        if due >= end:
+        if due >= end():
             break
         await asyncio.sleep(max(0.0, due - time.monotonic()))
         owed += len(fleet.live) * TICK / interval
@@ -243,14 +244,16 @@ async def run(spec: dict[str, Any]) -> dict[str, Any]:
         round(spec["interval"]) or 1,
     )
     loaded = await load(fleet, spec["instances"])
+    times = {"end": math.inf}
+    beating = asyncio.create_task(
+        heartbeats(fleet, time.monotonic(), lambda: times["end"], spec["interval"])
+    )
     print(json.dumps({"loaded": loaded}), flush=True)
     times = json.loads(await asyncio.to_thread(sys.stdin.readline))
     cpu = time.process_time()
     fresh = itertools.count(spec["instances"])
-    sent, _ = await asyncio.gather(
-        heartbeats(fleet, times["start"], times["end"], spec["interval"]),
-        churn(fleet, fresh, times["start"], times["churn_end"], spec["reserved"]),
-    )
+    await churn(fleet, fresh, times["start"], times["churn_end"], spec["reserved"])
+    sent = await beating
     lags = [1000 * (acked - sent_at) for _, _, sent_at, acked in fleet.registered]
     return {
         "heartbeats": sent,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from tests.bench.cluster import DELTA_READERS, FULL_INTERVAL, NODES, VICTIM
+from tests.bench.cluster import DELTA_READERS, NODES, VICTIM
 from tests.bench.cluster_fleet import CHURN_PER_SECOND
 from tests.bench.scale_clients import PROBE_INTERVAL
 from tests.bench.scale_report import PROBE_MAX_MS, PROBE_P99_MS, Row, _failures, _p50_p99, _row
@@ -15,7 +15,6 @@ from tests.bench.scale_report import _verdict as verdict
 LAG_P99_MS = 50
 DELTA_P99_MS = 100
 FULL_MAX_MS = 500
-FIRST_FULL_FETCH_SECONDS = 2.0
 NAMES = "ABC"
 
 
@@ -24,19 +23,18 @@ def cluster_rows(figure: dict[str, Any], *, judged: bool) -> list[Row]:
     lag_ok = lag["p99_ms"] is not None and lag["p99_ms"] <= LAG_P99_MS and not lag["unseen"]
     clean = not any(figure["zombies"] + figure["lost"] + figure["zombies_at_workload_end"])
     first = restart.get("first_full_fetch_seconds")
-    quick = first is not None and first <= FIRST_FULL_FETCH_SECONDS
     rows = [
         _row(
             f"cluster: {NODES} nodes, {figure['instances']} instances in {figure['apps']} apps "
             f"heartbeating every {sizes['interval']:g} s",
             f"loaded {load['per_second']}/s, on every node {load['on_every_node_after_seconds']} "
-            "s after the last",
+            f"s after the last, written {load['settled_after_seconds']} s after",
             side=f"churn {CHURN_PER_SECOND}+{CHURN_PER_SECOND}/s for {sizes['seconds']:g} s, "
             f"node {NAMES[VICTIM]} SIGKILLed at {sizes['kill_at']:g} s for {sizes['outage']:g} s",
         ),
     ]
     for n, node in enumerate(figure["nodes"]):
-        rows.extend(_node_rows(NAMES[n], node, judged=judged))
+        rows.extend(_node_rows(NAMES[n], node, sizes["full_interval"], judged=judged))
     rows += [
         _row(
             "  replication lag: registration to another node's watch",
@@ -49,7 +47,8 @@ def cluster_rows(figure: dict[str, Any], *, judged: bool) -> list[Row]:
             f"ready {restart.get('ready_seconds')} s, first gzip full fetch {first} s, "
             f"agreeing with a peer {restart.get('agreeing_seconds')} s"
             + (f" failed: {restart['restart_error']}" if "restart_error" in restart else ""),
-            target=f"first full fetch <= {FIRST_FULL_FETCH_SECONDS:g} s {verdict(quick, judged)}",
+            # The first full fetch's target (2 s) is a lone node's: the scale scenario judges it
+            target="reported",
         ),
         _row(
             "  zombies / lost acknowledged changes, by node",
@@ -63,7 +62,7 @@ def cluster_rows(figure: dict[str, Any], *, judged: bool) -> list[Row]:
     return rows
 
 
-def _node_rows(name: str, node: dict[str, Any], *, judged: bool) -> list[Row]:
+def _node_rows(name: str, node: dict[str, Any], full_interval: float, *, judged: bool) -> list[Row]:
     probed, deltas, loading = node["probe"], node["delta_json_gzip"], node["during_the_load"]
     steady = (
         probed["p99_ms"] is not None
@@ -90,7 +89,7 @@ def _node_rows(name: str, node: dict[str, Any], *, judged: bool) -> list[Row]:
             target=f"p99 <= {DELTA_P99_MS} ms {verdict(delta_ok, judged)}",
         ),
         _row(
-            f"    full gzip every {FULL_INTERVAL * NODES:g} s",
+            f"    full gzip every {full_interval * NODES:g} s",
             ", ".join(f"{form} {_reads(t)}" for form, t in node["full"].items()),
             side="during the load: "
             + ", ".join(f"{form} {_reads(t)}" for form, t in loading["full"].items()),

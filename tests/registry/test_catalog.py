@@ -69,24 +69,44 @@ class TestCost:
 
 class TestRefresh:
     async def test_blocks_older_than_the_max_age_are_joined_again_without_encoding(self):
-        """Heartbeats do not rebuild blocks: the refresh does, once they pass the max age,
-        writing the leases' numbers afresh around the instances' kept parts, and says which
-        documents to drop."""
+        """Heartbeats do not rebuild blocks: the refresh does, from half the max age on, a
+        share a second so that every block is done by the max age, writing the leases'
+        numbers afresh around the instances' kept parts, and says which documents to drop."""
         registry, catalog = populated()
         payloads.full_registry(registry, catalog, Format.JSON, now=0.0)
         registry.renew("APP0", "i-0", now_ms=T0 + 20_000)
         refreshed: list[tuple[str, set[str]]] = []
-        pacer = Pacer()
-        assert 0 == await catalog.refresh(
-            now=29.0, refreshed=lambda a, v: refreshed.append((a, v)), pacer=pacer
-        )
-        assert APPS == await catalog.refresh(
-            now=31.0, refreshed=lambda a, v: refreshed.append((a, v)), pacer=pacer
-        )
-        assert ("APP0", {"app0"}) == refreshed[0]
+
+        async def refresh(now: float) -> int:
+            return await catalog.refresh(
+                now=now, refreshed=lambda a, v: refreshed.append((a, v)), pacer=Pacer(), every=1
+            )
+
+        assert 0 == await refresh(14.0)
+        assert [2] * 15 == [await refresh(15.0 + n) for n in range(1, 16)]  # 30 blocks by 30 s
+        assert APPS == len({app for app, _ in refreshed})
+        assert ("APP0", {"app0"}) in refreshed
         assert INSTANCES == catalog.encoded
         block = bytes(catalog.block("APP0", Format.JSON, now=31.0).data)
         assert b'"lastRenewalTimestamp":%d' % (T0 + 20_000) in block
+
+    async def test_blocks_made_together_come_due_spread_out(self):
+        """A storm builds every block at once; their refreshes are spread, a share a second,
+        and yet every block is joined again at least every half max age plus a second."""
+        registry, catalog = populated()
+        payloads.full_registry(registry, catalog, Format.JSON, now=0.0)
+        seconds: list[set[str]] = []
+        for second in range(16, 76):
+            seconds.append(set())
+            await catalog.refresh(
+                now=float(second),
+                refreshed=lambda a, _: seconds[-1].add(a),
+                pacer=Pacer(),
+                every=1,
+            )
+        assert 2 == max(len(apps) for apps in seconds)  # ceil(30 blocks / 15 s)
+        for first in range(len(seconds) - 16):
+            assert APPS == len(set().union(*seconds[first : first + 16]))
 
 
 class TestKeepWarm:

@@ -5,7 +5,10 @@ from __future__ import annotations
 import asyncio
 
 from registry import Settings, create_app
-from tests.helpers import JSON, fetch_json, register
+from registry.app import CATALOG_REFRESH, READ_FORMATS_INTERVAL
+from registry.appkeys import CATALOG
+from registry.codec import Format
+from tests.helpers import JSON, eventually, fetch_json, register
 
 UNREACHABLE_PEER = "http://127.0.0.1:9/eureka/"  # the discard port: nothing answers
 
@@ -35,6 +38,25 @@ class TestWarmRestart:
         await clock.advance(40)  # the dead one's restored lease ran out at 150 s
         doc = await fetch_json(client, "/eureka/apps/ORDERS")
         assert ["alive"] == [i["instanceId"] for i in doc["application"]["instance"]]
+
+    async def test_the_formats_being_read_are_prepared_as_it_starts(self, aiohttp_client, clock):
+        """Clients read gzip XML before the restart: after it, the XML blocks are joined
+        within a second of serving, before any read (clients failing over read at once);
+        JSON, which nobody read, is not encoded."""
+
+        async def before(client):
+            for n in range(3):
+                await register(client, iid=f"i-{n}")
+            xml = {"Accept": "application/xml", "Accept-Encoding": "gzip"}
+            assert 200 == (await client.get("/eureka/apps/", headers=xml)).status
+            await clock.advance(READ_FORMATS_INTERVAL)
+            await asyncio.sleep(0.2)  # the store's transaction, in its thread
+
+        client = await restarted(aiohttp_client, clock, Settings(), before)
+        catalog = client.app[CATALOG]
+        assert (0, [Format.XML]) == (catalog.encoded, catalog.read_formats(now=clock.monotonic()))
+        await clock.advance(CATALOG_REFRESH)
+        await eventually(lambda: catalog.encoded == 3, what="the XML encoded")
 
     async def test_the_index_goes_on_and_old_indexes_are_refused(self, aiohttp_client, clock):
         """Delta versions never go back; a long-poll from before the restart must re-fetch."""
