@@ -106,7 +106,7 @@ class Fleet:
     busy: set[int] = field(default_factory=set)  # a heartbeat out: not to be cancelled now
     registered: list[list[Any]] = field(default_factory=list)  # [id, node, sent, acked]
     cancels: list[list[Any]] = field(default_factory=list)  # [id, node, acked]
-    unacknowledged: list[str] = field(default_factory=list)  # no node answered a cancel
+    unacknowledged: list[str] = field(default_factory=list)  # cancels no node answered 200
     reregistered: int = 0
     failed_over: int = 0
     unanswered: int = 0  # no node answered a heartbeat
@@ -167,10 +167,13 @@ class Fleet:
             netloc = urlsplit(node.url).netloc
             request = f"DELETE /eureka/apps/{app}/{iid} HTTP/1.1\r\nHost: {netloc}\r\n\r\n"
             status = await node.send(request.encode())
-            if status is not None:
-                node.counts[f"cancel {status}"] += 1
+            if status is None:
+                continue
+            node.counts[f"cancel {status}"] += 1
+            if status == 200:
                 self.cancels.append([iid, self.nodes.index(node), time.monotonic()])
                 return
+            break  # refused (a 404: not there yet): no cancel to hold any node to
         self.unacknowledged.append(iid)
 
 
