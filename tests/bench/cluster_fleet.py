@@ -267,7 +267,6 @@ async def run(spec: dict[str, Any]) -> dict[str, Any]:
         "registration_p99_ms": _percentile(lags, 0.99),
         "cancels": fleet.cancels,
         "cancels_unacknowledged": fleet.unacknowledged,
-        "cancelled": [scale_instance(k, fleet.apps)[1] for k in sorted(fleet.cancelled)],
         "live": [scale_instance(k, fleet.apps)[1] for k in fleet.live if k not in fleet.cancelled],
         "by_node": [dict(node.counts) for node in fleet.nodes],
         "cpu_seconds": round(time.process_time() - cpu, 2),

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import sqlite3
+from pathlib import Path
 
 from registry import Settings, create_app
 from registry.app import CATALOG_REFRESH, READ_FORMATS_INTERVAL
@@ -19,6 +22,14 @@ async def restarted(aiohttp_client, clock, settings: Settings, before) -> object
     await before(first)
     await first.close()
     return await aiohttp_client(create_app(settings, clock=clock))
+
+
+def remembered() -> bool:
+    """Whether the store in ./data (each test runs in a directory of its own) holds XML as the
+    format read; its transaction runs in the store's thread."""
+    with contextlib.closing(sqlite3.connect(Path("data") / "registry.db")) as db:
+        row = db.execute("SELECT value FROM meta WHERE key = 'read_formats'").fetchone()
+    return row is not None and row[0] == Format.XML.value
 
 
 class TestWarmRestart:
@@ -50,7 +61,7 @@ class TestWarmRestart:
             xml = {"Accept": "application/xml", "Accept-Encoding": "gzip"}
             assert 200 == (await client.get("/eureka/apps/", headers=xml)).status
             await clock.advance(READ_FORMATS_INTERVAL)
-            await asyncio.sleep(0.2)  # the store's transaction, in its thread
+            await eventually(remembered, what="the formats in the store")
 
         client = await restarted(aiohttp_client, clock, Settings(), before)
         catalog = client.app[CATALOG]
