@@ -229,7 +229,8 @@ class TestUnreachablePeer:
     ):
         """B is down for a minute while A has changes for it: A keeps trying at least every
         peer_probe_interval (2 s), not at the 30 s congestion cap, and on B's return pulls
-        what only B holds at once, not at the next anti-entropy round (30 s)."""
+        what only B holds within SETTLE (the round the return starts looks, the next
+        repairs), not at the next anti-entropy round (30 s)."""
         port = free_port()
         a = await aiohttp_client(create_app(absent_peer(port), clock=clock))
         await register(a, iid="on-a")
@@ -240,7 +241,7 @@ class TestUnreachablePeer:
         assert (False, 1) == (d.stats.reachable, len(d.pending))
         b = await aiohttp_server(create_app(Settings(), clock=clock), port=port)
         await register_on(b)
-        for _ in range(25):  # at most 2.5 s of the clock
+        for _ in range(35):  # at most peer_probe_interval + SETTLE and a half second
             await clock.advance(0.1)
             await asyncio.sleep(0.01)
             if has(b, "on-a") and any(
@@ -248,7 +249,7 @@ class TestUnreachablePeer:
             ):
                 break
         else:
-            raise AssertionError(f"not converged 2.5 s after the return: {d.stats}")
+            raise AssertionError(f"not converged 3.5 s after the return: {d.stats}")
 
     async def test_a_call_from_a_peer_ends_the_pause_before_the_next_try(
         self, aiohttp_server: AiohttpServer, aiohttp_client: AiohttpClient, clock: FakeClock
@@ -285,7 +286,8 @@ class TestUnreachablePeer:
     ):
         """A node cut off holds no change for its peer, so no batch notices the return; its
         anti-entropy round that could not reach the peer is tried again every
-        peer_probe_interval (2 s) rather than at the next interval (30 s)."""
+        peer_probe_interval (2 s) rather than at the next interval (30 s); the round that
+        reaches it looks, the one SETTLE later pulls."""
         port = free_port()
         a = await aiohttp_client(create_app(absent_peer(port), clock=clock))
         for _ in range(40):  # past its first anti-entropy round, which found no one
@@ -294,13 +296,13 @@ class TestUnreachablePeer:
         assert 0 == len(dispatcher(a).pending)
         b = await aiohttp_server(create_app(Settings(), clock=clock), port=port)
         await register_on(b)
-        for _ in range(25):  # at most 2.5 s of the clock
+        for _ in range(35):  # at most peer_probe_interval + SETTLE and a half second
             await clock.advance(0.1)
             await asyncio.sleep(0.01)
             if any(lease.instance.instance_id == "only-on-b" for lease in registry(a).leases()):
                 break
         else:
-            raise AssertionError("not pulled 2.5 s after the return")
+            raise AssertionError("not pulled 3.5 s after the return")
 
 
 class TestAntiEntropy:

@@ -61,7 +61,7 @@ class TestWarmRestart:
             xml = {"Accept": "application/xml", "Accept-Encoding": "gzip"}
             assert 200 == (await client.get("/eureka/apps/", headers=xml)).status
             await clock.advance(READ_FORMATS_INTERVAL)
-            await eventually(remembered, what="the formats in the store")
+            await eventually(lambda: asyncio.to_thread(remembered), what="the formats stored")
 
         client = await restarted(aiohttp_client, clock, Settings(), before)
         catalog = client.app[CATALOG]
