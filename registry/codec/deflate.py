@@ -8,12 +8,18 @@ in one deflate stream. A document's gzip form is then the gzip header, its piece
 the final empty block, and the CRC-32 of the whole, combined from the pieces' own CRCs without
 reading them again (zlib's crc32_combine, by multiplication modulo the CRC polynomial). The
 result is one ordinary gzip member, which every gzip reader takes.
+
+Combining is done for every new version of a document (a delta of 500 applications changes
+twenty times a second in a deploy), so each segment keeps what makes its part cheap: following
+a piece multiplies the CRC before it by x^(8 * length), a linear map over GF(2), which is eight
+lookups in tables of sixteen (one per four bits of the CRC) instead of a loop over its 32 bits.
 """
 
 from __future__ import annotations
 
 import struct
 import zlib
+from array import array
 
 __all__ = ["FINAL", "HEADER", "GzipPieces", "Segment"]
 
@@ -32,25 +38,33 @@ class Segment:
     """Raw deflate of one piece, with what combining its CRC into a document's needs.
 
     Made with zlib alone (which lets go of the GIL), so a thread can make many while the event
-    loop goes on; the arithmetic of combining is pure Python and belongs on the loop, in
-    slices: a thread running Python would hold the GIL from the loop 5 ms at a time."""
+    loop goes on; the arithmetic of combining is pure Python and belongs on the loop."""
 
-    __slots__ = ("_shift", "crc", "deflated", "length")
+    __slots__ = ("_follow", "crc", "deflated", "length")
 
     def __init__(self, data: bytes | memoryview) -> None:
         compressor = zlib.compressobj(LEVEL, zlib.DEFLATED, -15)
         self.deflated = compressor.compress(data) + compressor.flush(zlib.Z_SYNC_FLUSH)
         self.crc = zlib.crc32(data)
         self.length = len(data)
-        self._shift = 0
+        self._follow: array[int] | None = None
 
-    @property
-    def shift(self) -> int:
-        """x^(8 * length) modulo the polynomial: what a CRC is multiplied by when this piece
-        follows it; computed once, so combining costs one multiplication per piece."""
-        if not self._shift:  # never 0 for a real power of x
-            self._shift = _x2n(self.length, 3)
-        return self._shift
+    def after(self, crc: int) -> int:
+        """The CRC of what `crc` is the CRC of, followed by this piece."""
+        t = self._follow
+        if t is None:
+            t = self._follow = _nibble_tables(_x2n(self.length, 3))
+        return (
+            t[crc & 15]
+            ^ t[16 | crc >> 4 & 15]
+            ^ t[32 | crc >> 8 & 15]
+            ^ t[48 | crc >> 12 & 15]
+            ^ t[64 | crc >> 16 & 15]
+            ^ t[80 | crc >> 20 & 15]
+            ^ t[96 | crc >> 24 & 15]
+            ^ t[112 | crc >> 28]
+            ^ self.crc
+        )
 
 
 class GzipPieces:
@@ -63,7 +77,7 @@ class GzipPieces:
 
     def add(self, segment: Segment) -> None:
         self.pieces.append(segment.deflated)
-        self._crc = _multiply(segment.shift, self._crc) ^ segment.crc
+        self._crc = segment.after(self._crc)
         self._length += segment.length
 
     def finish(self) -> list[bytes]:
@@ -83,6 +97,23 @@ def _multiply(a: int, b: int) -> int:
                 return product
         m >>= 1
         b = (b >> 1) ^ _POLY if b & 1 else b >> 1
+
+
+def _nibble_tables(power: int) -> array[int]:
+    """Multiplication by `power` as eight tables of sixteen: entry 16 * n + v is the product
+    of `power` and the CRC whose n-th four bits are v (and all others 0)."""
+    images = []  # power times each single bit of a CRC, from the lowest: bit k is x^(31 - k)
+    term = power
+    for _ in range(32):  # power * x^0, x^1, ... x^31
+        images.append(term)
+        term = (term >> 1) ^ _POLY if term & 1 else term >> 1
+    images.reverse()
+    tables = array("I", bytes(4 * 128))
+    for n in range(8):
+        for v in range(1, 16):
+            low = v & -v  # v is v without its lowest bit, plus that bit alone
+            tables[16 * n + v] = tables[16 * n + (v ^ low)] ^ images[4 * n + low.bit_length() - 1]
+    return tables
 
 
 def _powers() -> tuple[int, ...]:
