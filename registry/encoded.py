@@ -2,16 +2,16 @@
 
 A fetch document is never one big buffer made anew for each change: it is a list of `Block`s
 (the applications' head, one block per application, the tail), most of them shared with the
-previous version of the document and with other documents. Sending one writes its blocks in
-turn, with the transport's flow control in between, so even a 90 MB document costs the loop no
-copy. Each block keeps its gzip `Segment` once made, so a document's gzip form costs only the
+previous version of the document and with other documents. Sending one hands its pieces to
+the transport as they are (see `negotiation.Pieces`), so even a 90 MB document costs the loop
+no copy. Each block keeps its gzip `Segment` once made, so a document's gzip form costs only the
 segments of the blocks that changed, compressed off the event loop.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from registry.codec import Format, shape
 from registry.codec.deflate import GzipPieces, Segment
@@ -19,9 +19,9 @@ from registry.tasks import Pacer
 
 # Less than this much to compress is done at once on the loop: a thread costs more.
 _INLINE_BYTES = 32 * 1024
-# Pieces are joined up to this size: each write is a system call, for every client.
+# A document this size or smaller is joined into one buffer, once for all its readers; larger,
+# it is sent in its pieces. Where a transport needs few large writes, they are joined this big.
 WRITE_BYTES = 1024 * 1024
-_FEW = 16  # pieces joined on the loop; more are joined in a thread
 
 
 class Block:
@@ -88,9 +88,9 @@ class Document:
         return self._gzip if isinstance(self._gzip, list) else None
 
     async def gzipped(self) -> list[bytes]:
-        """The gzip form, as pieces. The segments it lacks are compressed in a thread, once
-        however many clients ask at the same time; their CRCs are combined on the loop, a
-        slice at a time."""
+        """The gzip form, as pieces (one when small). The segments it lacks are compressed in
+        a thread, once however many clients ask at the same time; their CRCs are combined on
+        the loop."""
         if isinstance(self._gzip, list):
             return self._gzip
         if self._gzip is None:
@@ -108,21 +108,20 @@ class Document:
                 gzip.add(_segment(block))
                 await pacer.pace()
             pieces = gzip.finish()
-            if len(pieces) <= _FEW:
-                return coalesced(pieces)
-            # Joining megabytes holds the GIL a join at a time, not the loop for all of them.
-            return await asyncio.to_thread(coalesced, pieces)
+            # Not joined when large: a delta in a deploy is a new 6 MB document twenty times a
+            # second, each read about once, and joining each held the GIL for milliseconds.
+            return [b"".join(pieces)] if sum(map(len, pieces)) <= WRITE_BYTES else pieces
         except BaseException:
             self._gzip = None  # the next reader tries again
             raise
 
 
-def coalesced(pieces: list[bytes]) -> list[bytes]:
-    """Small pieces joined into writes of at least `WRITE_BYTES` (but the last): a gzip
-    document is hundreds of segments of a few KB, and each write is a system call, for every
-    client that reads it. Joined once here, for all of them."""
-    out: list[bytes] = []
-    group: list[bytes] = []
+def coalesced(pieces: Sequence[bytes | memoryview]) -> list[bytes | memoryview]:
+    """Small pieces joined into writes of at least `WRITE_BYTES` (but the last), for a
+    transport that makes a system call of each write: a gzip document is hundreds of
+    segments of a few KB."""
+    out: list[bytes | memoryview] = []
+    group: list[bytes | memoryview] = []
     size = 0
     for piece in pieces:
         group.append(piece)
