@@ -169,7 +169,7 @@ async def _run(
             fleet.kill()
         await fleet.wait()
     victim: Victim = workload.pop("victim")
-    lag = _lags(report.pop("registered"), workload.pop("watched"), victim)
+    lag = _lags(report.pop("registered"), workload.pop("watched"), victim, start)
     cancels = {iid: acked for iid, _, acked in report.pop("cancels")}
     for figures, node in zip(reads.figures(start), workload["nodes"], strict=True):
         node.update(figures)
@@ -446,13 +446,18 @@ async def _watch(
         await asyncio.sleep(POLL)
 
 
-def _lags(registered: list[list[Any]], watched: list[Watched], victim: Victim) -> dict[str, Any]:
+def _lags(
+    registered: list[list[Any]], watched: list[Watched], victim: Victim, start: float
+) -> dict[str, Any]:
     """Milliseconds from each churned registration's send until each other node's stream showed
     it; of the streams open from the send for LAG_WINDOW, and of registrations not taken by the
-    victim in the second before it was killed (it may not have passed them on)."""
+    victim in the second before it was killed (it may not have passed them on). The slowest
+    say when they were sent (seconds from `start`), from which node to which, and how long the
+    first node took to answer."""
     ms: list[float] = []
+    slowest: list[tuple[float, float, int, int, float]] = []
     unseen = 0
-    for iid, taker, sent, _acked in registered:
+    for iid, taker, sent, acked in registered:
         if taker == VICTIM and _about_killed(sent, victim):
             continue
         for n, seen in enumerate(watched):
@@ -460,6 +465,7 @@ def _lags(registered: list[list[Any]], watched: list[Watched], victim: Victim) -
                 continue
             if iid in seen.added:
                 ms.append(1000 * (seen.added[iid] - sent))
+                slowest.append((ms[-1], sent - start, taker, n, acked - sent))
             else:
                 unseen += 1
     return {
@@ -468,6 +474,16 @@ def _lags(registered: list[list[Any]], watched: list[Watched], victim: Victim) -
         "p50_ms": _percentile(ms, 0.50),
         "p99_ms": _percentile(ms, 0.99),
         "max_ms": _percentile(ms, 1.0),
+        "slowest": [
+            {
+                "sent_at_s": round(at, 2),
+                "ms": round(lag, 1),
+                "from": taker,
+                "to": n,
+                "answered_ms": round(1000 * answered, 1),
+            }
+            for lag, at, taker, n, answered in sorted(slowest, reverse=True)[:12]
+        ],
     }
 
 
