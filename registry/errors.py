@@ -3,7 +3,8 @@
 RegistryError               500  a bug: never raised on purpose for bad input
 ├── BadInput                400  the request is malformed; nothing changed
 │   ├── UnsupportedMediaType 415  a body in a format we do not read
-│   └── BodyTooLarge        413  a body larger than `max_body_bytes`
+│   ├── BodyTooLarge        413  a body larger than `max_body_bytes`
+│   └── BodyTooSlow         408  a body that did not arrive in time
 ├── Unauthorized            401  no credential, or one this node does not know (a challenge)
 ├── Forbidden               403  a credential of another plane, a browser sending for another
 │                                site, a name that is not loopback while no credentials are set
@@ -52,6 +53,10 @@ class UnsupportedMediaType(BadInput):
 
 
 class BodyTooLarge(BadInput):
+    pass
+
+
+class BodyTooSlow(BadInput):
     pass
 
 

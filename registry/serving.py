@@ -7,11 +7,11 @@ reached is stopped, in reverse order, however it ended: a signal during the rest
 refused at start-up, a port already taken.
 
 aiohttp answers the requests its parser refuses (a malformed request line, a header too long,
-too many headers, a Content-Encoding it cannot decode) itself, in plain text, before any
-handler or middleware sees them. `Runner` gives them the JSON error body every other refusal
-has, and cancels the handler of a request whose client has gone: a long-poll or a watch stream
-is let go as soon as its connection closes, not at the end of its wait (what a command changed
-before is kept; an admin's durability wait ends, and the store writes on).
+too many headers) itself, in plain text, before any handler or middleware sees them. `Runner`
+gives them the JSON error body every other refusal has, and cancels the handler of a request
+whose client has gone: a long-poll or a watch stream is let go as soon as its connection
+closes, not at the end of its wait (what a command changed before is kept; an admin's
+durability wait ends, and the store writes on).
 """
 
 from __future__ import annotations
@@ -35,6 +35,17 @@ log = structlog.get_logger()
 # How long an idle keep-alive connection is kept open (aiohttp's `run_app` gives 75 s; its
 # runner alone, an hour).
 KEEPALIVE_TIMEOUT = 75.0
+
+# How aiohttp's server handles every connection; the tests' in-process servers run the same.
+SERVER_OPTIONS: dict[str, Any] = {
+    # A request whose client has gone: its handler is cancelled (see `Runner`).
+    "handler_cancellation": True,
+    # Bodies are inflated by the handler that reads them, bounded (http/request_body.py);
+    # aiohttp would inflate a body nobody reads, after the answer.
+    "auto_decompress": False,
+    # A body no handler read is drained this long at most (raw), then the connection closes.
+    "lingering_time": 2.0,
+}
 
 
 async def serve(
@@ -81,8 +92,7 @@ class Runner(web.AppRunner):
     cancels the handlers of requests whose clients have gone."""
 
     def __init__(self, app: web.Application, **kwargs: Any) -> None:
-        kwargs.setdefault("handler_cancellation", True)
-        super().__init__(app, **kwargs)
+        super().__init__(app, **(SERVER_OPTIONS | kwargs))
 
     async def _make_server(self) -> Server:
         server = await super()._make_server()

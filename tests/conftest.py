@@ -5,17 +5,20 @@ from __future__ import annotations
 import gc
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import pytest
 from aiohttp import web
-from aiohttp.test_utils import TestClient
+from aiohttp.test_utils import TestClient, TestServer
+from aiohttp.web_runner import BaseRunner
 from blockbuster import BlockBuster, blockbuster_ctx
 
 from registry import FakeClock, Settings, create_app
+from registry.serving import Runner
 from tests.nodes import Nodes
 
-AiohttpClient = Callable[[web.Application], Awaitable[TestClient]]
+AiohttpClient = Callable[..., Awaitable[TestClient]]
 
 
 @pytest.fixture(autouse=True)
@@ -47,6 +50,26 @@ def clock() -> FakeClock:
 @pytest.fixture
 def settings() -> Settings:
     return Settings()
+
+
+class _ProductServer(TestServer):
+    """aiohttp's test server, run by the product's own runner (`serving.Runner`): connections
+    handled as in production (bodies inflated only by the handler that reads them, parser
+    refusals answered in JSON)."""
+
+    async def _make_runner(self, **kwargs: Any) -> BaseRunner:
+        return Runner(self.app, **kwargs)
+
+
+@pytest.fixture
+def aiohttp_client(aiohttp_client: AiohttpClient) -> AiohttpClient:
+    """pytest-aiohttp's, serving an application as the product does (`_ProductServer`)."""
+
+    async def client(app: web.Application | TestServer, **kwargs: object) -> TestClient:
+        server = _ProductServer(app) if isinstance(app, web.Application) else app
+        return await aiohttp_client(server, **kwargs)
+
+    return client
 
 
 @pytest.fixture(name="client")

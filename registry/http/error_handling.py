@@ -30,6 +30,7 @@ STATUS_FOR: dict[type, int] = {
     errors.BadInput: 400,
     errors.UnsupportedMediaType: 415,
     errors.BodyTooLarge: 413,
+    errors.BodyTooSlow: 408,
     errors.Unauthorized: 401,
     errors.Forbidden: 403,
     errors.TooManyRequests: 429,

@@ -16,7 +16,8 @@ from registry.cache import Key
 from registry.codec import Format, json_codec, xml_codec
 from registry.codec.wire import INDEX_HEADER
 from registry.encoded import Document, coalesced
-from registry.errors import BadInput, BodyTooLarge, UnsupportedMediaType
+from registry.errors import BadInput, UnsupportedMediaType
+from registry.http.request_body import read_body
 
 _READABLE_CHARSETS = (None, "utf-8", "utf8", "iso-8859-1")
 # Types that say nothing about the body (HTTP libraries' and curl's defaults): look at it instead.
@@ -123,17 +124,10 @@ def payload(request: web.Request, fmt: Format, body: bytes, *, status: int = 200
 async def read_document(request: web.Request, *, root: str) -> Any:
     """The request body as a wire dict, from JSON or XML as its Content-Type says.
 
-    Without a telling Content-Type the body's first character decides. Gzip request bodies are
-    inflated by aiohttp; one larger than the configured limit is a 413 from aiohttp.
+    Without a telling Content-Type the body's first character decides. The body is read
+    within its bounds of size and time, and inflated when compressed (`request_body`).
     """
-    try:
-        body = await request.read()
-    except web.HTTPRequestEntityTooLarge:
-        raise BodyTooLarge(
-            "body", f"the request body is larger than {request.client_max_size} bytes"
-        ) from None
-    except web.RequestPayloadError as exc:  # it does not inflate as its Content-Encoding says
-        raise BadInput("body", f"cannot read the request body: {exc}") from None
+    body = await read_body(request)
     if not body.strip():
         raise BadInput("body", "the request body is empty")
     fmt = _body_format(request, body)

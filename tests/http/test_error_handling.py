@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import gzip
 import itertools
+import zlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,6 +18,7 @@ from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
 from registry import FakeClock, Settings, create_app
+from registry.http import request_body
 from tests.helpers import JSON, fetch_json, instance_doc, register, registry_of
 
 APPS = "/eureka/apps"
@@ -570,6 +573,52 @@ class TestBodySizeAndEncoding:
         body = gzip.compress(b" " * (2 * settings.max_body_bytes))
         response = await post_raw(client, body, {**JSON_BODY, "Content-Encoding": "gzip"})
         await assert_error(response, 413, "body_too_large")
+        await assert_unchanged(client, before)
+
+    @pytest.mark.parametrize("wbits", [15, -15], ids=["zlib", "raw"])
+    async def test_deflated_body_registers(self, client, wbits):
+        """HTTP's deflate is zlib's format; some clients send raw deflate under that name."""
+        deflater = zlib.compressobj(6, zlib.DEFLATED, wbits)
+        body = orjson.dumps({"instance": instance_doc()})
+        body = deflater.compress(body) + deflater.flush()
+        response = await post_raw(client, body, {**JSON_BODY, "Content-Encoding": "deflate"})
+        assert 204 == response.status, await response.text()
+
+    async def test_unknown_content_encoding_is_a_json_415(self, client, before):
+        body = orjson.dumps({"instance": instance_doc()})
+        response = await post_raw(client, body, {**JSON_BODY, "Content-Encoding": "br"})
+        await assert_error(response, 415, "unsupported_media_type")
+        await assert_unchanged(client, before)
+
+    async def test_data_after_the_gzip_stream_is_refused(self, client, before):
+        body = gzip.compress(orjson.dumps({"instance": instance_doc()})) + b"trailing"
+        response = await post_raw(client, body, {**JSON_BODY, "Content-Encoding": "gzip"})
+        await assert_error(response, 400, "bad_input")
+        await assert_unchanged(client, before)
+
+    async def test_an_announced_oversized_body_is_refused_before_it_arrives(self, client, before):
+        """`Content-Length: 999999999` is answered 413 at once, not waited for."""
+        reader, writer = await asyncio.open_connection(client.host, client.port)
+        writer.write(
+            b"POST /eureka/apps/ORDERS HTTP/1.1\r\nHost: localhost\r\n"
+            b"Content-Type: application/json\r\nContent-Length: 999999999\r\n\r\n{"
+        )
+        status = await asyncio.wait_for(reader.readline(), 5)
+        writer.close()
+        assert status.startswith(b"HTTP/1.1 413 "), status
+        await assert_unchanged(client, before)
+
+    async def test_a_body_that_does_not_arrive_in_time_is_a_408(self, client, before, monkeypatch):
+        monkeypatch.setattr(request_body, "BODY_TIMEOUT", 0.2)
+        reader, writer = await asyncio.open_connection(client.host, client.port)
+        writer.write(
+            b"POST /eureka/apps/ORDERS HTTP/1.1\r\nHost: localhost\r\n"
+            b"Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{"
+        )
+        answer = await asyncio.wait_for(reader.read(), 5)  # and the connection closes
+        writer.close()
+        assert answer.startswith(b"HTTP/1.1 408 "), answer
+        assert b'"error":"body_too_slow"' in answer
         await assert_unchanged(client, before)
 
     @pytest.mark.parametrize("coding", ["gzip", "deflate"])
