@@ -99,7 +99,9 @@ def create_app(
     registry.subscribe(journal.record)
     registry.subscribe(catalog.on_change, catalog.loaded)
     registry.subscribe(cache.invalidate, cache.clear)
-    registry.subscribe(preservation.on_change, preservation.loaded)
+    registry.subscribe(
+        preservation.on_change, preservation.loaded, first_renewal=preservation.first_renewal
+    )
     feed = ChangeFeed(registry, clock, journal)
     registry.subscribe(feed.on_change, feed.loaded)
     counts = InstanceCounts()

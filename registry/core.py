@@ -116,6 +116,7 @@ class Registry:
         self._listeners: list[Listener] = []
         self._override_listeners: list[OverrideListener] = []
         self._loaded: list[Loaded] = []
+        self._first_renewals: list[Callable[[Lease], None]] = []
         self._legacy = legacy_lease_expiry
         self._sync_dirty = sync_when_timestamp_differs
         self.index = 0
@@ -136,15 +137,19 @@ class Registry:
         loaded: Loaded | None = None,
         *,
         overrides: OverrideListener | None = None,
+        first_renewal: Callable[[Lease], None] | None = None,
     ) -> None:
         """Call `listener` with every change from now on, synchronously, in index order,
-        `loaded` (when given) after a bulk `load`, which makes no event per instance, and
-        `overrides` (when given) with every change to an override or its note."""
+        `loaded` (when given) after a bulk `load`, which makes no event per instance,
+        `overrides` (when given) with every change to an override or its note, and
+        `first_renewal` (when given) with a lease at its first renewal (`Lease.renewed`)."""
         self._listeners.append(listener)
         if loaded is not None:
             self._loaded.append(loaded)
         if overrides is not None:
             self._override_listeners.append(overrides)
+        if first_renewal is not None:
+            self._first_renewals.append(first_renewal)
 
     # Commands ----------------------------------------------------------------------------
 
@@ -200,6 +205,7 @@ class Registry:
             last_renewal_ms=now_ms if last_renewal_ms is None else min(last_renewal_ms, now_ms),
             service_up_ms=existing.service_up_ms if existing is not None else 0,
             decision=decision,
+            renewed=existing is not None and existing.renewed,
         )
         if status is _UP and lease.service_up_ms == 0:
             lease.service_up_ms = now_ms
@@ -231,7 +237,7 @@ class Registry:
         `renewals` (one per instance, a store's): the leases keep these last renewals, which
         peers weigh against their removals, and get a lease duration from `now_ms` of grace
         to be renewed before eviction may take them."""
-        renewed = iter(renewals) if renewals is not None else None
+        stored = iter(renewals) if renewals is not None else None
         if self._apps:
             raise RegistryError("a bulk load is for an empty registry")
         overrides = self._overrides
@@ -242,7 +248,7 @@ class Registry:
         for instance in instances:
             iid = instance.instance_id
             leases = self._apps.setdefault(instance.app, {})
-            renewal = now_ms if renewed is None else min(next(renewed), now_ms)
+            renewal = now_ms if stored is None else min(next(stored), now_ms)
             if iid in leases:  # met twice: the second is a re-registration, as ever
                 self.register(instance, now_ms=now_ms, is_replication=True)
                 continue
@@ -272,7 +278,8 @@ class Registry:
                 last_renewal_ms=renewal,
                 service_up_ms=now_ms if status is _UP else 0,
                 decision=decision,
-                grace_until_ms=0 if renewed is None else now_ms + duration_ms,
+                grace_until_ms=0 if stored is None else now_ms + duration_ms,
+                renewed=stored is not None,
             )
             self._statuses[status] += 1
             count += 1
@@ -376,6 +383,10 @@ class Registry:
                 self._change(lease, now_ms, status=status)
         lease.renew(now_ms, self._legacy)
         self.renewals += 1
+        if not lease.renewed:  # once per lease: a client that renews, from now on
+            lease.renewed = True
+            for first_renewal in self._first_renewals:
+                first_renewal(lease)
         if (
             last_dirty_ms is not None
             and last_dirty_ms != lease.instance.last_dirty_ms

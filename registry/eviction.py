@@ -111,7 +111,11 @@ class Evictor:
         if self._preservation.needs_live_count(now):
             pacer = Pacer()
             for leases in self._slices():
-                renewing.extend(lease.instance for lease in leases if not lease.is_expired(now_ms))
+                renewing.extend(
+                    lease.instance
+                    for lease in leases
+                    if self._preservation.renews_recently(lease, now_ms)
+                )
                 await pacer.pace()
         self._preservation.recount(now=now, now_ms=now_ms, renewing=renewing)
         log.info(

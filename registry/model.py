@@ -136,6 +136,10 @@ class Lease:
     # to be renewed (or an admin's call gives), kept apart from its last renewal, which stays
     # the evidence peers weigh.
     grace_until_ms: int = 0
+    # Renewed at least once since it was registered (kept through a re-registration; restored
+    # leases were renewing): only such leases are clients self-preservation expects renewals
+    # from, so a registration that never renews cannot hold eviction.
+    renewed: bool = False
 
     def renew(self, now_ms: int, legacy: bool = False) -> None:
         """Record a heartbeat.
@@ -166,6 +170,7 @@ class Lease:
             eviction_ms=self.eviction_ms,
             service_up_ms=self.service_up_ms,
             duration_ms=self.duration_ms,
+            renewed=self.renewed,
         )
 
 
@@ -179,6 +184,7 @@ class LeaseSnapshot:
     eviction_ms: int
     service_up_ms: int
     duration_ms: int
+    renewed: bool = False
 
 
 @dataclass(slots=True, frozen=True, kw_only=True)

@@ -13,12 +13,18 @@ network than that they all died, so eviction waits. The arithmetic is Eureka's:
 
 Where we differ, and why:
 
+* a lease counts as a client from its first renewal, not its registration: twenty
+  registrations with a renewal interval of a second that never renewed raised the
+  expectation by 1 200 renewals a minute and held eviction for good. A client that renews
+  once and stops is a client that died, which the recount below settles;
 * each client counts with its own renewal interval: one renewing every 10 s is expected to
   send 6 renewals a minute, not 2, so its extra renewals cannot hide other clients' silence;
 * below `min_instances` it does not apply: in a small registry one crash is a large fraction,
   and Eureka's version of this rule keeps dead instances forever;
 * a drop that lasts (eviction held through a whole recount interval) is accepted at the
-  recount as a scale-down, counting only the leases still renewing; Eureka holds forever.
+  recount as a scale-down, counting only the leases still renewing (renewed within
+  RECENT_INTERVALS of their own intervals, whatever their lease duration); Eureka holds
+  forever.
 * registrations count even when `E` fell to 0 (Eureka stops counting until the next recount,
   which disables eviction after a registry empties).
 
@@ -33,7 +39,7 @@ from dataclasses import dataclass
 from operator import attrgetter
 from typing import TYPE_CHECKING
 
-from registry.model import ActionType, ChangeEvent, InstanceInfo
+from registry.model import ActionType, ChangeEvent, InstanceInfo, Lease
 
 if TYPE_CHECKING:
     from registry.core import Registry
@@ -42,6 +48,8 @@ MINUTE = 60.0
 EUREKA_INTERVAL = 30.0  # Eureka's expected renewal interval
 _RENEWAL_SECONDS = attrgetter("instance.renewal_interval_secs")
 _INITIAL = {EUREKA_INTERVAL: 1}  # the one client Spring's server expects before any registers
+# A lease renewed within this many of its intervals is renewing: it missed two heartbeats at most.
+RECENT_INTERVALS = 3
 
 
 def renewal_threshold(expected_per_minute: float, percent: float) -> int:
@@ -83,7 +91,7 @@ class SelfPreservation:
         self.accept_lasting_drop = accept_lasting_drop
         # Clients by renewal interval: E is their total, the expectation their renewal rate.
         self._expected: Counter[float] = Counter(_INITIAL)
-        # Every lease in the registry, by interval: the count a recount takes.
+        # Every lease in the registry that has renewed, by interval: the count a recount takes.
         self._registered: Counter[float] = Counter()
         self.renewals_last_minute: int | None = None  # None until a full minute is counted
         self._renewals_at_minute_start = 0
@@ -98,30 +106,46 @@ class SelfPreservation:
         seconds = instance.renewal_interval_secs  # the decoder makes it 30 when not given
         return float(seconds) if seconds > 0 else EUREKA_INTERVAL
 
+    @staticmethod
+    def renews_recently(lease: Lease, now_ms: int) -> bool:
+        """Whether `lease` is a client still renewing: renewed within RECENT_INTERVALS."""
+        interval_ms = SelfPreservation.interval_of(lease.instance) * 1000
+        return lease.renewed and now_ms - lease.last_renewal_ms <= RECENT_INTERVALS * interval_ms
+
+    def first_renewal(self, lease: Lease) -> None:
+        """Registry hook: a lease renewed for the first time is a client from now on."""
+        interval = self.interval_of(lease.instance)
+        self._registered[interval] += 1
+        self._expected[interval] += 1
+
     def on_change(self, event: ChangeEvent) -> None:
-        """Registry listener: new clients raise the expectation, removed ones lower it."""
-        instance, previous = event.lease.instance, event.previous
+        """Registry listener: clients removed lower the expectation; a client registering
+        again with another interval moves to it. Leases that never renewed were never
+        counted."""
+        lease, previous = event.lease, event.previous
+        if not lease.renewed:
+            return
+        interval = self.interval_of(lease.instance)
         if event.action is ActionType.DELETED:
-            self._registered[self.interval_of(instance)] -= 1
-            lease = event.lease
+            self._registered[interval] -= 1
             if lease.last_renewal_ms + lease.duration_ms >= self._uncounted_before_ms:
-                _decrement(self._expected, self.interval_of(instance))
-        elif event.action is ActionType.ADDED:
-            interval = self.interval_of(instance)
-            if previous is None:
-                self._registered[interval] += 1
-                self._expected[interval] += 1
-            elif self.interval_of(previous) != interval:  # same client, new interval
-                self._registered[self.interval_of(previous)] -= 1
-                self._registered[interval] += 1
-                _decrement(self._expected, self.interval_of(previous))
-                self._expected[interval] += 1
+                _decrement(self._expected, interval)
+        elif (
+            event.action is ActionType.ADDED
+            and previous is not None
+            and self.interval_of(previous) != interval  # the same client, a new interval
+        ):
+            self._registered[self.interval_of(previous)] -= 1
+            self._registered[interval] += 1
+            _decrement(self._expected, self.interval_of(previous))
+            self._expected[interval] += 1
 
     def loaded(self, registry: Registry) -> None:
-        """Registry hook after a bulk load into an empty registry: every instance is a new
-        client, as its registration would have counted it."""
+        """Registry hook after a bulk load into an empty registry: every restored lease was
+        a client renewing before the restart."""
         # Counted by the seconds clients gave first, in C: a warm restart loads 100 000.
-        for seconds, count in Counter(map(_RENEWAL_SECONDS, registry.leases())).items():
+        renewed = (lease for lease in registry.leases() if lease.renewed)
+        for seconds, count in Counter(map(_RENEWAL_SECONDS, renewed)).items():
             interval = float(seconds) if seconds > 0 else EUREKA_INTERVAL  # as interval_of
             self._registered[interval] += count
             self._expected[interval] += count

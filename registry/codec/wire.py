@@ -54,6 +54,11 @@ DATA_CENTER_CLASSES = (
 )
 DEFAULT_RENEWAL_INTERVAL_SECS = 30
 DEFAULT_DURATION_SECS = 90
+# A lease's interval and duration, as a client asks, are whole seconds from 1 (so no lease is
+# expected to renew more than 60 times a minute: self-preservation weighs each by its interval)
+# to an hour (so an instance that stops heartbeating is listed an hour at most: a lease of 68
+# years was served, UP, for good). Zero or less means the default; more than an hour, an hour.
+MAX_LEASE_SECS = 3600
 
 # Characters XML 1.0 cannot carry at all; accepting them would make our XML output invalid.
 _NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
@@ -118,11 +123,11 @@ def instance_from_wire(
         ),
         port=_port(d.get("port"), "port", default=_port_info(7001, True)),
         secure_port=_port(d.get("securePort"), "securePort", default=_port_info(7002, False)),
-        renewal_interval_secs=_positive_or(
+        renewal_interval_secs=_lease_secs(
             integer(lease_info.get("renewalIntervalInSecs"), "leaseInfo.renewalIntervalInSecs"),
             DEFAULT_RENEWAL_INTERVAL_SECS,
         ),
-        duration_secs=_positive_or(
+        duration_secs=_lease_secs(
             integer(lease_info.get("durationInSecs"), "leaseInfo.durationInSecs"),
             DEFAULT_DURATION_SECS,
         ),
@@ -397,8 +402,8 @@ def _kind(value: object) -> str:
     )
 
 
-def _positive_or(value: int | None, default: int) -> int:
-    return value if value is not None and value > 0 else default
+def _lease_secs(value: int | None, default: int) -> int:
+    return min(value, MAX_LEASE_SECS) if value is not None and value > 0 else default
 
 
 def _or(value: int | None, default: int) -> int:

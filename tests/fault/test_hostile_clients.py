@@ -147,3 +147,55 @@ async def test_gzip_bombs_to_any_path_cost_nothing_to_inflate(server: Server) ->
         before["applications"]["apps__hashcode"]
         == (await server.registry())["applications"]["apps__hashcode"]
     )
+
+
+# Leases ----------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def fresh(tmp_path: Path) -> Iterator[str]:
+    """A server of the test's own: its first minute of counting renewals is the test's."""
+    with _served(tmp_path, client_credentials=CLIENT) as url:
+        yield url
+
+
+async def test_registrations_that_never_renew_cannot_hold_eviction(fresh: str) -> None:
+    """Twelve clients renewing every 5 s and one that renewed once and died (a 10 s lease);
+    twenty registrations asking for a renewal a second and a lease of 68 years, never
+    renewed. The dead instance is evicted once the first minute's renewals are counted, and
+    the twenty show leases of an hour (before: the twenty raised the expected renewals to
+    1 200 a minute, eviction was held, and the dead instance was served UP for good)."""
+    eureka, headers = fresh + "/eureka/", auth(CLIENT)
+    async with aiohttp.ClientSession(headers=headers) as session:
+        await until_ready(session, fresh)
+
+        async def register(iid: str, interval: int, duration: int) -> None:
+            lease = {"renewalIntervalInSecs": interval, "durationInSecs": duration}
+            doc = {"instance": instance_doc("SHOP", iid, leaseInfo=lease)}
+            async with session.post(eureka + "apps/SHOP", json=doc) as response:
+                assert 204 == response.status
+
+        async def renew(iid: str) -> None:
+            async with session.put(eureka + f"apps/SHOP/{iid}") as response:
+                assert 200 == response.status
+
+        honest = [f"honest-{n}" for n in range(12)]
+        for iid in [*honest, "dead"]:
+            await register(iid, 5, 10 if iid == "dead" else 15)
+            await renew(iid)
+        for n in range(20):
+            await register(f"trick-{n}", 1, 2147483647)
+
+        async def listed() -> dict[str, Any]:
+            async with session.get(eureka + "apps/SHOP", headers=JSON) as response:
+                assert 200 == response.status
+                app = orjson.loads(await response.read())["application"]
+            return {i["instanceId"]: i for i in app["instance"]}
+
+        assert 3600 == (await listed())["trick-0"]["leaseInfo"]["durationInSecs"]
+        deadline = time.monotonic() + 90  # the first minute, a sweep, and room to spare
+        while "dead" in await listed():
+            assert time.monotonic() < deadline, "the dead instance was never evicted"
+            await asyncio.gather(*(renew(iid) for iid in honest))
+            await asyncio.sleep(4)  # a little ahead of their interval, as clients are
+        assert set(honest) < set(await listed())

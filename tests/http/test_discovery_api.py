@@ -182,8 +182,10 @@ class TestServerStatus:
         assert "1" == root.findtext("generalStats/registry-size")
 
     async def test_status_explains_self_preservation(self, client):
-        """Self-preservation's inputs and verdict, in JSON and in XML."""
+        """Self-preservation's inputs and verdict, in JSON and in XML: the client counts once
+        it has renewed."""
         await register(client)
+        assert 200 == (await client.put("/eureka/apps/ORDERS/i-1")).status
         doc = (await fetch_json(client, "/eureka/status"))["selfPreservation"]
         assert {
             "enabled": True,

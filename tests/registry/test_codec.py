@@ -9,6 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from registry.codec import Format, encode_instance, instance_from_wire, json_codec, xml_codec
+from registry.codec.wire import MAX_LEASE_SECS
 from registry.codec.xml_codec import escape_name, unescape_name
 from registry.errors import BadInput
 from registry.model import (
@@ -61,8 +62,8 @@ def instances(draw: st.DrawFn) -> InstanceInfo:
         overridden_status=draw(st.sampled_from(list(InstanceStatus))),
         port=draw(ports),
         secure_port=draw(ports),
-        renewal_interval_secs=draw(st.integers(1, 10_000)),
-        duration_secs=draw(st.integers(1, 10_000)),
+        renewal_interval_secs=draw(st.integers(1, MAX_LEASE_SECS)),
+        duration_secs=draw(st.integers(1, MAX_LEASE_SECS)),
         metadata=draw(st.dictionaries(keys, safe_text, max_size=4)),
         sid=draw(st.sampled_from(["na", "sid-1"])),
         country_id=draw(st.integers(0, 300)),
@@ -172,6 +173,12 @@ class TestLenientInput:
             self.base(leaseInfo={"renewalIntervalInSecs": 0, "durationInSecs": -5}), now_ms=NOW
         )
         assert (30, 90) == (i.renewal_interval_secs, i.duration_secs)
+
+    def test_lease_intervals_over_an_hour_are_an_hour(self) -> None:
+        """A lease of 68 years would keep a dead instance listed for good."""
+        lease = {"renewalIntervalInSecs": 10**6, "durationInSecs": 2147483647}
+        i = instance_from_wire(self.base(leaseInfo=lease), now_ms=NOW)
+        assert (3600, 3600) == (i.renewal_interval_secs, i.duration_secs)
 
     def test_class_markers_in_metadata_are_dropped(self) -> None:
         """`@class` inside metadata is Java's type marker, not a key."""

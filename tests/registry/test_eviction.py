@@ -254,8 +254,10 @@ class TestSelfPreservationScenarios:
         """Ten instances, one crashes: 18 renewals are not above T = 18 (E counts Spring's
         initial client); the recount at 300 s sets E = 10, T = 17, and the dead one goes."""
         ids = await self.start(client, clock, count=9)
-        # The one that crashes holds a 150 s lease, so it expires after a full quiet minute.
+        # The one that crashes holds a 150 s lease, so it expires after a full quiet minute;
+        # it renewed once (a client that never renews is not expected to).
         await register(client, iid="i-9", leaseInfo={"durationInSecs": 150})
+        assert 200 == (await client.put("/eureka/apps/ORDERS/i-9")).status
         await self.renew(client, clock, ids, seconds=150)
         await clock.advance(25)  # 295 s: i-9 expired at 270 s, eviction held since 180 s
         assert 10 == len(registry_of(client))

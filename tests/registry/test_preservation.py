@@ -69,13 +69,19 @@ def test_recount_refuses_drops_of_15_percent_or_more(
 
 def registry_with(preservation: SelfPreservation) -> Registry:
     registry = Registry()
-    registry.subscribe(preservation.on_change)
+    registry.subscribe(preservation.on_change, first_renewal=preservation.first_renewal)
     return registry
 
 
-def register(registry: Registry, count: int, *, interval: int = 30, prefix: str = "i") -> None:
+def register(
+    registry: Registry, count: int, *, interval: int = 30, prefix: str = "i", renew: bool = True
+) -> None:
+    """`count` clients registered, each renewing once (when `renew`) as a stock client does."""
     for n in range(count):
-        registry.register(make(f"{prefix}-{n}", renewal_interval_secs=interval), now_ms=T0)
+        instance = make(f"{prefix}-{n}", renewal_interval_secs=interval)
+        registry.register(instance, now_ms=T0)
+        if renew:
+            registry.renew(instance.app, instance.instance_id, T0 + 1)
 
 
 class TestWorkedExamples:
@@ -212,3 +218,52 @@ class TestOurDifferences:
         assert (0, 0) == (sp.expected_clients, sp.threshold)
         evict_expired(other, now_ms=T0 + 100_000)
         assert (0, 0) == (sp.expected_clients, sp.threshold)
+
+
+class TestOnlyRenewingLeasesCount:
+    def test_registrations_that_never_renew_cannot_hold_eviction(self):
+        """Twelve clients renewing, twenty registrations asking for a renewal a second and
+        never renewing (the lease trick): only the twelve are expected, so their renewals
+        keep eviction running (counted at registration, the twenty made T 1 042)."""
+        sp = SelfPreservation(min_instances=0)
+        registry = registry_with(sp)
+        register(registry, 12)
+        register(registry, 20, interval=1, prefix="trick", renew=False)
+        assert (13, 22) == (sp.expected_clients, sp.threshold)
+        sp.end_minute(24)
+        assert sp.judge(32).evict
+
+    def test_a_lease_counts_from_its_first_renewal_and_once(self):
+        sp = SelfPreservation(min_instances=0)
+        registry = registry_with(sp)
+        register(registry, 1, interval=10, renew=False)
+        assert 1 == sp.expected_clients
+        for at in (T0 + 10_000, T0 + 20_000):
+            registry.renew("ORDERS", "i-0", at)
+        assert (2, 8.0) == (sp.expected_clients, sp.expected_per_minute)
+        registry.register(make("i-0", renewal_interval_secs=10), now_ms=T0 + 25_000)
+        assert 2 == sp.expected_clients  # registering again: still the same client
+        registry.cancel("ORDERS", "i-0", now_ms=T0 + 30_000)
+        assert 1 == sp.expected_clients
+
+    def test_a_lease_never_renewed_leaves_without_lowering_the_expectation(self):
+        sp = SelfPreservation(min_instances=0)
+        registry = registry_with(sp)
+        register(registry, 2)
+        register(registry, 1, prefix="silent", renew=False)
+        registry.cancel("ORDERS", "silent-0", now_ms=T0 + 1_000)
+        assert 3 == sp.expected_clients
+
+    def test_renewing_recently_is_within_three_intervals_whatever_the_lease(self):
+        """What a lasting drop's recount counts: a lease of an hour that stopped renewing two
+        minutes ago is not renewing, though it has not expired."""
+        registry = Registry()
+        instance = make("i-1", renewal_interval_secs=30, duration_secs=3600)
+        registry.register(instance, now_ms=T0)
+        lease = registry.get("ORDERS", "i-1", now_ms=T0)
+        assert lease is not None
+        assert not SelfPreservation.renews_recently(lease, T0)  # registered, never renewed
+        registry.renew("ORDERS", "i-1", T0)
+        assert SelfPreservation.renews_recently(lease, T0 + 90_000)
+        assert not SelfPreservation.renews_recently(lease, T0 + 90_001)
+        assert not lease.is_expired(T0 + 120_000)
