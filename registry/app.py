@@ -21,6 +21,7 @@ from registry.appkeys import (
     CATALOG,
     CLOCK,
     CLUSTER,
+    CONNECTIONS,
     CREDENTIALS,
     DIGESTS,
     FEED,
@@ -40,6 +41,7 @@ from registry.cache import ResponseCache
 from registry.catalog import Catalog
 from registry.clock import Clock, SystemClock
 from registry.codec import Format
+from registry.connections import Connections
 from registry.core import Registry
 from registry.credentials import Credentials
 from registry.eviction import Evictor
@@ -121,6 +123,7 @@ def create_app(
     app[LIFECYCLE] = Lifecycle()
     app[REQUESTS] = RequestStats()
     app[LOOP_LAG] = LoopLag()
+    app[CONNECTIONS] = Connections(per_address=settings.max_connections_per_address)
     app[LIMITER] = (
         FetchLimiter(rate=settings.fetch_rate_limit, burst=settings.fetch_burst)
         if settings.fetch_rate_limit

@@ -9,6 +9,7 @@ from peers.digest import Digests
 from registry.cache import ResponseCache
 from registry.catalog import Catalog
 from registry.clock import Clock
+from registry.connections import Connections
 from registry.core import Registry
 from registry.credentials import Credentials
 from registry.feed import ChangeFeed
@@ -42,3 +43,4 @@ STARTED_AT = web.AppKey("started_at", float)  # monotonic seconds, for uptime
 LIMITER: web.AppKey[FetchLimiter | None] = web.AppKey("limiter")
 REQUESTS = web.AppKey("requests", RequestStats)  # counts and latencies, for /metrics
 LOOP_LAG = web.AppKey("loop_lag", LoopLag)  # how late the event loop runs, for /metrics
+CONNECTIONS = web.AppKey("connections", Connections)  # open ones by client address, capped

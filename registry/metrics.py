@@ -25,6 +25,7 @@ from prometheus_client.registry import Collector
 from registry.appkeys import (
     CACHE,
     CLUSTER,
+    CONNECTIONS,
     FEED,
     JOURNAL,
     LIMITER,
@@ -122,6 +123,18 @@ class RegistryCollector(Collector):
                 "registry_fetches_throttled", "Fetches answered 429 (rate limit)", limiter.throttled
             )
             yield _gauge("registry_fetch_clients", "Clients with a fetch bucket", len(limiter))
+        connections = app[CONNECTIONS]
+        yield _gauge("registry_connections", "Client connections open", connections.total)
+        yield _counter(
+            "registry_connections_refused",
+            "Connections closed as they opened, their address over its cap",
+            connections.refused,
+        )
+        yield _counter(
+            "registry_request_heads_timed_out",
+            "Connections closed for sending no request head in time",
+            connections.timed_out,
+        )
         yield from app[REQUESTS].collect()
         yield from _loop_lag(app)
         yield from _peers(app)

@@ -30,6 +30,9 @@ from aiohttp.web_protocol import RequestHandler
 from aiohttp.web_request import BaseRequest
 from aiohttp.web_server import Server
 
+from registry.appkeys import CONNECTIONS, SETTINGS
+from registry.connections import Connections, raise_file_limit
+
 log = structlog.get_logger()
 
 # How long an idle keep-alive connection is kept open (aiohttp's `run_app` gives 75 s; its
@@ -57,6 +60,9 @@ async def serve(
     access_log: logging.Logger | None,
 ) -> None:
     """Serve `app` on host:port until SIGTERM or SIGINT; raises what made the start fail."""
+    before, after = raise_file_limit()  # a connection is a file: take what the system allows
+    if after != before:
+        log.info("file_limit_raised", before=before, after=after)
     loop = asyncio.get_running_loop()
     stopping = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -88,24 +94,88 @@ async def _start(runner: web.AppRunner, host: str, port: int, backlog: int) -> N
 
 
 class Runner(web.AppRunner):
-    """aiohttp's runner, whose server answers what aiohttp's parser refuses in JSON and
-    cancels the handlers of requests whose clients have gone."""
+    """aiohttp's runner, whose connections are counted and capped by client address, must send
+    a request head in time (registry/connections.py), have what aiohttp's parser refuses
+    answered in JSON, and have their handlers cancelled when their clients go."""
 
     def __init__(self, app: web.Application, **kwargs: Any) -> None:
         super().__init__(app, **(SERVER_OPTIONS | kwargs))
+        self._connections = app[CONNECTIONS]
+        self._head_timeout = app[SETTINGS].request_head_timeout
 
     async def _make_server(self) -> Server:
         server = await super()._make_server()
         server.__class__ = _Server  # the one hook for the connections' handler class
+        assert isinstance(server, _Server)
+        server.by_address = self._connections
+        server.head_timeout = self._head_timeout
         return server
 
 
 class _Server(Server):
+    by_address: Connections
+    head_timeout: float
+
     def __call__(self) -> RequestHandler:
-        return _JsonRefusals(self, loop=self._loop, **self._kwargs)
+        return _Connection(self, loop=self._loop, **self._kwargs)
 
 
-class _JsonRefusals(RequestHandler):
+class _Connection(RequestHandler):
+    """One client connection: admitted under its address's cap, closed when it leaves a
+    request head unfinished for `head_timeout` (from its opening, or from the first byte of
+    a request after one was answered: an idle keep-alive connection waits its own timeout),
+    and its parser's refusals answered in JSON.
+
+    Reads two of aiohttp's attributes, `_request_count` (heads parsed) and
+    `_current_request` (a handler running); tests/test_serving.py fails if they change."""
+
+    def __init__(self, manager: _Server, **kwargs: Any) -> None:
+        super().__init__(manager, **kwargs)
+        self._connections = manager.by_address
+        self._head_timeout = manager.head_timeout
+        self._address: str | None = None  # once admitted
+        self._head_due: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        peer = transport.get_extra_info("peername")
+        address = str(peer[0]) if peer else ""
+        if not self._connections.admit(address):
+            transport.close()
+            return
+        self._address = address
+        self._expect_head()
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        if self._address is not None:
+            self._connections.release(self._address)
+            self._address = None
+        self._head_arrived()
+        super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        heads = self._request_count
+        super().data_received(data)
+        if self._request_count > heads:
+            self._head_arrived()
+        elif self._current_request is None and not self._messages:
+            self._expect_head()  # bytes of a next request, or of a body nobody reads
+
+    def _expect_head(self) -> None:
+        if self._head_due is None and self._address is not None:
+            self._head_due = self._loop.call_later(self._head_timeout, self._head_late)
+
+    def _head_arrived(self) -> None:
+        if self._head_due is not None:
+            self._head_due.cancel()
+            self._head_due = None
+
+    def _head_late(self) -> None:
+        self._head_due = None
+        if self._address is not None:
+            self._connections.head_timed_out(self._address)
+        self.force_close()
+
     def handle_error(
         self,
         request: BaseRequest,

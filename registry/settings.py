@@ -103,6 +103,10 @@ class Settings:
     override_history_retention: float = 30 * 24 * 60 * MINUTES  # the audit trail's length
     # HTTP
     max_body_bytes: int = 1024 * 1024
+    # Connections one client address may hold open at once (0: no cap); behind a reverse
+    # proxy every client has the proxy's address (registry/connections.py)
+    max_connections_per_address: int = 512
+    request_head_timeout: float = 10 * SECONDS  # to send a request's head once it starts
     # Registry fetches (full, delta, application, VIP) per client address; 0: no limit
     fetch_rate_limit: float = 20.0  # a second, sustained
     fetch_burst: int = 100  # at once: a host's instances all starting together
@@ -136,6 +140,7 @@ class Settings:
             "store_busy_timeout",
             "override_history_retention",
             "max_clock_skew",
+            "request_head_timeout",
         ):
             if getattr(self, key) <= 0:
                 raise SettingsError(f"{key}: must be positive, not {getattr(self, key)}")
@@ -148,7 +153,11 @@ class Settings:
             raise SettingsError(
                 f"removal_margin: must be from 0 to max_clock_skew, not {self.removal_margin}"
             )
-        for key in ("self_preservation_min_instances", "gc_freeze_interval"):
+        for key in (
+            "self_preservation_min_instances",
+            "gc_freeze_interval",
+            "max_connections_per_address",
+        ):
             if getattr(self, key) < 0:
                 raise SettingsError(f"{key}: must not be negative")
         for key in ("replication_batch_size", "replication_max_pending"):

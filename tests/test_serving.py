@@ -1,18 +1,22 @@
 """The process's server (registry/serving.py), on real sockets: what aiohttp's parser refuses
-is answered with the JSON error body every other refusal has, and a long-poll or a watch stream
-is let go as soon as its client has gone."""
+is answered with the JSON error body every other refusal has, a long-poll or a watch stream
+is let go as soon as its client has gone, and connections are capped by address and given a
+deadline for their request heads (registry/connections.py)."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+import resource
+from collections.abc import AsyncIterator, Iterator
 
 import orjson
 import pytest
 from aiohttp import web
+from aiohttp.web_protocol import RequestHandler
 
 from registry import Settings, create_app
-from registry.appkeys import FEED
+from registry.appkeys import CONNECTIONS, FEED
+from registry.connections import raise_file_limit
 from registry.serving import Runner
 from tests.helpers import eventually, free_port
 
@@ -20,8 +24,13 @@ MANY_HEADERS = b"".join(b"X-%d: y\r\n" % n for n in range(40_000))
 
 
 @pytest.fixture
-async def served() -> AsyncIterator[tuple[int, web.Application]]:
-    app = create_app(Settings(store=False))
+def settings() -> Settings:
+    return Settings(store=False)
+
+
+@pytest.fixture
+async def served(settings: Settings) -> AsyncIterator[tuple[int, web.Application]]:
+    app = create_app(settings)
     runner = Runner(app)
     await runner.setup()
     port = free_port()
@@ -88,3 +97,93 @@ async def test_a_wait_is_let_go_when_its_client_goes(served, path, held):
     await eventually(lambda: held(feed), lambda n: n == 1, timeout=5, what="held")
     writer.close()
     await eventually(lambda: held(feed), lambda n: n == 0, timeout=1, what="let go")
+
+
+# Connections ------------------------------------------------------------------------------------
+
+GET_STATUS = b"GET /eureka/status HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: application/json\r\n\r\n"
+
+
+async def closed(reader: asyncio.StreamReader, within: float) -> bool:
+    """Whether the server closes the connection within `within` seconds (sending nothing)."""
+    try:
+        return b"" == await asyncio.wait_for(reader.read(1), within)
+    except TimeoutError:
+        return False
+    except ConnectionResetError:
+        return True
+
+
+async def status_on(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bytes:
+    writer.write(GET_STATUS)
+    head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
+    length = int(head.split(b"Content-Length: ")[1].split(b"\r\n")[0])
+    await reader.readexactly(length)
+    return head.split(b"\r\n")[0]
+
+
+class TestConnections:
+    @pytest.fixture
+    def settings(self) -> Settings:
+        return Settings(store=False, max_connections_per_address=3, request_head_timeout=0.3)
+
+    async def test_an_address_over_its_cap_is_closed_as_it_connects(self, served):
+        port, app = served
+        held = [await asyncio.open_connection("127.0.0.1", port) for _ in range(3)]
+        for reader, writer in held:
+            assert b"HTTP/1.1 200 OK" == await status_on(reader, writer)
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        assert await closed(reader, within=1)
+        counted = app[CONNECTIONS]
+        await eventually(lambda: (counted.total, counted.refused), lambda n: n == (3, 1))
+        held[0][1].close()
+        await asyncio.sleep(0.1)
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        assert b"HTTP/1.1 200 OK" == await status_on(reader, writer)  # room again
+        for _, w in [*held[1:], (reader, writer)]:
+            w.close()
+
+    async def test_a_connection_sending_no_request_head_in_time_is_closed(self, served):
+        port, app = served
+        silent, _ = await asyncio.open_connection("127.0.0.1", port)
+        partial, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"GET /eureka/status HTTP/1.1\r\nHost: 127.0")  # and no more
+        assert await closed(silent, within=2)
+        assert await closed(partial, within=2)
+        counted = app[CONNECTIONS]
+        await eventually(lambda: (counted.total, counted.timed_out), lambda n: n == (0, 2))
+
+    async def test_a_kept_alive_connection_waits_between_requests(self, port):
+        """The head's deadline runs from a request's first byte, not from the last answer:
+        a client that heartbeats every 30 s keeps its connection."""
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        assert b"HTTP/1.1 200 OK" == await status_on(reader, writer)
+        assert not await closed(reader, within=0.8)
+        assert b"HTTP/1.1 200 OK" == await status_on(reader, writer)
+        writer.close()
+
+    def test_the_handler_still_has_what_the_connection_reads(self):
+        """`_Connection` reads two of aiohttp's attributes: a release that renames them must
+        fail here rather than leave connections without their deadline."""
+        handler = RequestHandler.__new__(RequestHandler)
+        for name in ("_request_count", "_current_request", "_messages"):
+            assert name in RequestHandler.__slots__ or hasattr(handler, name), name
+
+
+@pytest.fixture
+def file_limit() -> Iterator[tuple[int, int]]:
+    """The soft limit lowered for the test, put back after."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(soft, 256), hard))
+    try:
+        yield min(soft, 256), hard
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_the_file_limit_is_raised_to_what_the_system_allows(file_limit):
+    lowered, hard = file_limit
+    before, after = raise_file_limit()
+    assert lowered == before
+    assert after == (hard if hard != resource.RLIM_INFINITY else max(lowered, 1 << 20))
+    assert after == resource.getrlimit(resource.RLIMIT_NOFILE)[0]

@@ -21,6 +21,7 @@ import aiohttp
 import orjson
 import pytest
 
+from registry.connections import raise_file_limit
 from tests.helpers import free_port, instance_doc, registry_process, until_ready
 
 pytestmark = pytest.mark.slow
@@ -93,7 +94,11 @@ def base(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """The server most attacks share, with credentials on every plane."""
     directory = tmp_path_factory.mktemp("hostile")
     with _served(
-        directory, client_credentials=CLIENT, admin_credentials=ADMIN, peer_credential=PEER
+        directory,
+        client_credentials=CLIENT,
+        admin_credentials=ADMIN,
+        peer_credential=PEER,
+        request_head_timeout="2",
     ) as url:
         yield url
 
@@ -147,6 +152,38 @@ async def test_gzip_bombs_to_any_path_cost_nothing_to_inflate(server: Server) ->
         before["applications"]["apps__hashcode"]
         == (await server.registry())["applications"]["apps__hashcode"]
     )
+
+
+# Connections -----------------------------------------------------------------------------------
+
+
+async def test_idle_sockets_from_one_address_are_capped_and_closed(server: Server) -> None:
+    """1 100 sockets from one address that send nothing: those over the address's cap (512)
+    are closed as they open, the others when the request head's deadline (2 s here) passes,
+    and the heartbeats go on (before: they took every descriptor of a 1 024 limit, and
+    legitimate clients were reset, with nothing logged)."""
+    raise_file_limit()  # this test's own process holds 1 100 sockets
+    port = int(server.base.rsplit(":", 1)[1])
+
+    async def attack() -> tuple[int, int]:
+        sockets = [await asyncio.open_connection("127.0.0.1", port) for _ in range(1100)]
+        try:
+            await asyncio.sleep(0.5)
+            at_once = sum(reader.at_eof() for reader, _ in sockets)
+            await asyncio.sleep(2.5)
+            await asyncio.gather(*(reader.read() for reader, _ in sockets))  # EOF, all of them
+            return at_once, sum(reader.at_eof() for reader, _ in sockets)
+        finally:
+            for _, writer in sockets:
+                writer.close()
+
+    (at_once, closed), longest = await server.probed(attack())
+    # Over the cap at once (the probe's own connections from this address count too).
+    assert 1100 - 512 <= at_once <= 1100 - 512 + 4
+    assert 1100 == closed
+    assert longest < PROBE_BOUND
+    async with server.session.get(server.eureka + "status", headers=JSON | auth(CLIENT)) as r:
+        assert 200 == r.status
 
 
 # Leases ----------------------------------------------------------------------------------------
