@@ -81,9 +81,17 @@ def last_dirty_ms(query: str) -> int | None:
 
 
 def required_status(request: web.Request) -> InstanceStatus:
+    """The status an override sets: never UNKNOWN (what a name Eureka does not know reads as),
+    which peers refuse and which answers the instance's every heartbeat 404."""
     status = optional_status(request)
     if status is None:
         raise BadInput("value", "the status to set is missing (?value=OUT_OF_SERVICE)")
+    if status is InstanceStatus.UNKNOWN:
+        raise BadInput(
+            "value",
+            "UNKNOWN (or a status Eureka does not know) is no override: set UP, DOWN, STARTING "
+            "or OUT_OF_SERVICE, or DELETE the override",
+        )
     return status
 
 

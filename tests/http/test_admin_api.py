@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from tests.helpers import JSON, fetch_json, register, registry_of
 
 
@@ -21,6 +23,20 @@ class TestStatusOverride:
             instance["overriddenStatus"],
             instance["actionType"],
         )
+
+    @pytest.mark.parametrize("value", ["UNKNOWN", "unknown", "OUT_OF_SERVIC"])
+    async def test_unknown_is_no_override(self, client, value):
+        """UNKNOWN (or a name Eureka does not know, which reads as UNKNOWN) would answer the
+        instance's every heartbeat 404, and peers refuse it: a 400, and nothing changes."""
+        await register(client)
+        response = await client.put(f"/eureka/apps/ORDERS/i-1/status?value={value}")
+        assert 400 == response.status
+        assert "value" == (await response.json())["field"]
+        assert ("UP", "UNKNOWN") == (
+            (await instance_json(client))["status"],
+            (await instance_json(client))["overriddenStatus"],
+        )
+        assert 200 == (await client.put("/eureka/apps/ORDERS/i-1")).status
 
     async def test_override_survives_heartbeats_and_re_registration(self, client):
         """The client's own UP does not undo the admin's decision."""
