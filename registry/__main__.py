@@ -20,6 +20,7 @@ from registry import admin_cli, serving
 from registry.app import create_app
 from registry.logs import configure
 from registry.settings import Settings, SettingsError
+from registry.store.lock import DataDirInUse
 from registry.store.sqlite import CorruptStore, NewerSchema
 
 DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "config" / "default.toml"
@@ -95,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
                     access_log=access_log,
                 )
             )
-    except (NewerSchema, CorruptStore) as exc:
+    except (NewerSchema, CorruptStore, DataDirInUse) as exc:
         log.error("store_refused", detail=str(exc))
         print(f"service-registry: {exc}", file=sys.stderr)
         return 2

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -55,6 +56,7 @@ from registry.preservation import MINUTE, SelfPreservation
 from registry.ratelimit import FetchLimiter
 from registry.request_stats import RequestStats
 from registry.settings import Settings
+from registry.store.lock import lock_data_dir
 from registry.store.restore import restore, restore_missing
 from registry.store.sqlite import Snapshot
 from registry.store.writer import InstanceKey, StoreWriter
@@ -307,50 +309,55 @@ async def _store(app: web.Application) -> AsyncIterator[None]:
     def late_restore(snapshot: Snapshot, removed: set[InstanceKey], gone: set[str]) -> None:
         restore_missing(registry, snapshot, removed, gone, now_ms=clock.wall_ms())
 
-    writer = app[WRITER] = StoreWriter(
-        Path(settings.data_dir) / "registry.db",
-        registry,
-        clock,
-        late_restore=late_restore,
-        busy_timeout_ms=int(settings.store_busy_timeout * 1000),
-        refuse_corrupt=settings.refuse_corrupt_store,
-    )
-    # Before the restore, which tells of overrides the store's table lacks (see Registry.load).
-    registry.subscribe(writer.on_change, overrides=writer.on_override)
-    # Before serving: nothing else allocates meanwhile.
-    app[LIFECYCLE].move(Phase.RESTORING, f"reading {writer.path}")
-    with heap.collections_paused(then_freeze=settings.gc_freeze_interval > 0):
-        snapshot = await writer.open()  # None: unavailable; degraded until a flush opens it
-        if snapshot is not None:
-            app[RESTORED] = restore(registry, app[JOURNAL], snapshot, now_ms=clock.wall_ms())
-            app[LIFECYCLE].move(
-                Phase.RESTORING, f"restored {app[RESTORED]} instances from {writer.path}"
-            )
-            formats = [fmt for fmt in Format if fmt.value in snapshot.read_formats]
-            catalog.expect_reads(formats, now=clock.monotonic())
-    retention_ms = int(settings.override_history_retention * 1000)
-    tombstone_retention_ms = int(settings.tombstone_retention * 1000)
+    # One process per data directory (registry/store/lock.py), for as long as it runs.
+    held = await asyncio.to_thread(lock_data_dir, Path(settings.data_dir))
+    try:
+        writer = app[WRITER] = StoreWriter(
+            Path(settings.data_dir) / "registry.db",
+            registry,
+            clock,
+            late_restore=late_restore,
+            busy_timeout_ms=int(settings.store_busy_timeout * 1000),
+            refuse_corrupt=settings.refuse_corrupt_store,
+        )
+        # Before the restore, which tells of overrides the store's table lacks (see Registry.load).
+        registry.subscribe(writer.on_change, overrides=writer.on_override)
+        # Before serving: nothing else allocates meanwhile.
+        app[LIFECYCLE].move(Phase.RESTORING, f"reading {writer.path}")
+        with heap.collections_paused(then_freeze=settings.gc_freeze_interval > 0):
+            snapshot = await writer.open()  # None: unavailable; degraded until a flush opens it
+            if snapshot is not None:
+                app[RESTORED] = restore(registry, app[JOURNAL], snapshot, now_ms=clock.wall_ms())
+                app[LIFECYCLE].move(
+                    Phase.RESTORING, f"restored {app[RESTORED]} instances from {writer.path}"
+                )
+                formats = [fmt for fmt in Format if fmt.value in snapshot.read_formats]
+                catalog.expect_reads(formats, now=clock.monotonic())
+        retention_ms = int(settings.override_history_retention * 1000)
+        tombstone_retention_ms = int(settings.tombstone_retention * 1000)
 
-    async def forget_old_history() -> None:
-        await writer.forget_history(before_ms=clock.wall_ms() - retention_ms)
-        await writer.forget_tombstones(before_ms=clock.wall_ms() - tombstone_retention_ms)
+        async def forget_old_history() -> None:
+            await writer.forget_history(before_ms=clock.wall_ms() - retention_ms)
+            await writer.forget_tombstones(before_ms=clock.wall_ms() - tombstone_retention_ms)
 
-    remembered: list[Format] = []
+        remembered: list[Format] = []
 
-    async def remember_read_formats() -> None:
-        nonlocal remembered
-        formats = catalog.read_formats(now=clock.monotonic())
-        if formats != remembered:
-            await writer.remember_read_formats(fmt.value for fmt in formats)
-            remembered = formats
+        async def remember_read_formats() -> None:
+            nonlocal remembered
+            formats = catalog.read_formats(now=clock.monotonic())
+            if formats != remembered:
+                await writer.remember_read_formats(fmt.value for fmt in formats)
+                remembered = formats
 
-    loops = Loops(clock)
-    loops.every(settings.store_flush_interval, writer.flush_logged, name="store_flush")
-    loops.every(HOUR, forget_old_history, name="override_history")
-    loops.every(READ_FORMATS_INTERVAL, remember_read_formats, name="read_formats")
-    yield
-    await loops.stop()
-    await writer.close()  # what is owed is written first
+        loops = Loops(clock)
+        loops.every(settings.store_flush_interval, writer.flush_logged, name="store_flush")
+        loops.every(HOUR, forget_old_history, name="override_history")
+        loops.every(READ_FORMATS_INTERVAL, remember_read_formats, name="read_formats")
+        yield
+        await loops.stop()
+        await writer.close()  # what is owed is written first
+    finally:
+        os.close(held)
 
 
 async def _override_expiry(app: web.Application) -> AsyncIterator[None]:

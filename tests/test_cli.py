@@ -155,3 +155,17 @@ async def test_a_corrupt_store_stops_start_up_when_told_to(tmp_path):
     assert 2 == process.returncode
     assert "is not a sound database" in stderr.decode()
     assert garbage == await asyncio.to_thread((tmp_path / "data" / "registry.db").read_bytes)
+
+
+async def test_a_second_server_on_one_data_directory_stops_start_up():
+    """Two servers on one directory would each restore, serve and evict their own half, and
+    a restart would bring back the union: the second exits 2, naming the first's process."""
+    port = free_port()
+    async with serving("serve", "--port", str(port)) as first:  # ./data: the test's directory
+        async with aiohttp.ClientSession() as session:
+            await wait_serving(session, f"http://127.0.0.1:{port}/eureka/apps")
+        second = await start("serve", "--port", str(free_port()))
+        _, stderr = await asyncio.wait_for(second.communicate(), TIMEOUT)
+        assert 2 == second.returncode
+        assert f"is in use by process {first.pid}" in stderr.decode()
+        assert first.returncode is None  # the first serves on

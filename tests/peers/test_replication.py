@@ -31,13 +31,13 @@ REPLICATION = {"x-netflix-discovery-replication": "true"}
 @pytest.fixture
 async def peer(aiohttp_server: AiohttpServer, clock: FakeClock) -> TestServer:
     """Node B: a real app with no peers of its own."""
-    return await aiohttp_server(create_app(Settings(), clock=clock))
+    return await aiohttp_server(create_app(Settings(store=False), clock=clock))
 
 
 @pytest.fixture
 async def node(aiohttp_client: AiohttpClient, peer: TestServer, clock: FakeClock) -> TestClient:
     """Node A, which replicates to B."""
-    settings = Settings(peers=(str(peer.make_url("/eureka/")),))
+    settings = Settings(store=False, peers=(str(peer.make_url("/eureka/")),))
     client = await aiohttp_client(create_app(settings, clock=clock))
     await eventually(lambda: client.app[LIFECYCLE].serves_reads)  # type: ignore[index]
     return client
@@ -182,7 +182,10 @@ class TestConflicts:
 def absent_peer(port: int) -> Settings:
     """A node's settings whose only peer, on `port`, does not listen yet."""
     return Settings(
-        peers=(f"http://127.0.0.1:{port}/eureka/",), peer_sync_budget=1, peer_sync_empty_window=1
+        store=False,
+        peers=(f"http://127.0.0.1:{port}/eureka/",),
+        peer_sync_budget=1,
+        peer_sync_empty_window=1,
     )
 
 
@@ -191,6 +194,7 @@ class TestUnreachablePeer:
     async def lonely(self, aiohttp_client: AiohttpClient, clock: FakeClock) -> TestClient:
         """A node whose only peer does not listen."""
         settings = Settings(
+            store=False,
             peers=(f"http://127.0.0.1:{free_port()}/eureka/",),
             replication_max_pending=5,
             peer_sync_budget=1,
@@ -239,7 +243,7 @@ class TestUnreachablePeer:
             await asyncio.sleep(0.01)
         d = dispatcher(a)
         assert (False, 1) == (d.stats.reachable, len(d.pending))
-        b = await aiohttp_server(create_app(Settings(), clock=clock), port=port)
+        b = await aiohttp_server(create_app(Settings(store=False), clock=clock), port=port)
         await register_on(b)
         for _ in range(35):  # at most peer_probe_interval + SETTLE and a half second
             await clock.advance(0.1)
@@ -272,7 +276,7 @@ class TestUnreachablePeer:
             await clock.advance(1)
             await asyncio.sleep(0.01)
         assert (False, 1) == (d.stats.reachable, len(d.pending))
-        b = await aiohttp_server(create_app(Settings(), clock=clock), port=port)
+        b = await aiohttp_server(create_app(Settings(store=False), clock=clock), port=port)
         response = await a.get("/eureka/peerreplication/digest", headers=REPLICATION)
         assert 200 == response.status
         for _ in range(3):  # 0.3 s of the clock
@@ -294,7 +298,7 @@ class TestUnreachablePeer:
             await clock.advance(1)
             await asyncio.sleep(0.01)
         assert 0 == len(dispatcher(a).pending)
-        b = await aiohttp_server(create_app(Settings(), clock=clock), port=port)
+        b = await aiohttp_server(create_app(Settings(store=False), clock=clock), port=port)
         await register_on(b)
         for _ in range(35):  # at most peer_probe_interval + SETTLE and a half second
             await clock.advance(0.1)
@@ -336,9 +340,9 @@ class TestAntiEntropy:
         """B throttles its clients hard; A's anti-entropy still pulls every application B
         holds alone in one round (peers are never throttled), the one after it saw them."""
         b = await aiohttp_server(
-            create_app(Settings(fetch_rate_limit=0.01, fetch_burst=1), clock=clock)
+            create_app(Settings(store=False, fetch_rate_limit=0.01, fetch_burst=1), clock=clock)
         )
-        settings = Settings(peers=(str(b.make_url("/eureka/")),))
+        settings = Settings(store=False, peers=(str(b.make_url("/eureka/")),))
         a = await aiohttp_client(create_app(settings, clock=clock))
         await eventually(lambda: a.app[LIFECYCLE].serves_reads)  # type: ignore[index]
         for n in range(20):

@@ -30,6 +30,7 @@ ADMIN = {"Authorization": basic_authorization("ops:admin-pw")}
 
 def secured(peer_credential: str, peers: tuple[str, ...] = ()) -> Settings:
     return Settings(
+        store=False,
         client_credentials=("svc:client-pw",),
         admin_credentials=("ops:admin-pw",),
         peer_credential=peer_credential,
