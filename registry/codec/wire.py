@@ -63,6 +63,7 @@ MAX_LEASE_SECS = 3600
 # Characters XML 1.0 cannot carry at all; accepting them would make our XML output invalid.
 _NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
 _MAX_TEXT = 4096
+_VISIBLE = re.compile("[!-.0-~]+")  # ASCII from ! to ~, without /
 _SHARED_MAX = 64
 JAVA_INT_MAX = 2**31 - 1
 JAVA_LONG_MAX = 2**63 - 1
@@ -206,9 +207,16 @@ def check_text(value: str, field: str) -> None:
 
 
 def check_path_segment(value: str, field: str) -> None:
-    """Ids and app names travel in URL paths: refuse what a path cannot carry back."""
-    if "/" in value or value in (".", ".."):
-        raise BadInput(field, f"{value!r} cannot be used in a URL path")
+    """Ids and app names travel in URL paths and are shown to people: visible ASCII only
+    (`!` to `~`), no `/`, and not `.` or `..`. Controls, spaces, zero-width and
+    direction-changing characters, and letters that look like others (a Cyrillic a) made
+    rows that pass for other rows on the status page and in logs."""
+    if not _VISIBLE.fullmatch(value) or value in (".", ".."):
+        raise BadInput(
+            field,
+            f"{_short(value)} is not an id: visible ASCII characters only (no spaces, "
+            "controls or '/'), as a URL path carries them",
+        )
 
 
 def integer(value: object, field: str, *, maximum: int = JAVA_INT_MAX) -> int | None:

@@ -38,7 +38,8 @@ def query_string(request: web.Request) -> str:
 
 
 def query_value(query: str, name: str) -> str | None:
-    """The first value of one parameter of a raw query string, decoded."""
+    """The first value of one parameter of a raw query string, decoded; a percent escape
+    that is no UTF-8 (`%FF`) is refused, as metadata's are, rather than kept as U+FFFD."""
     key = name + "="
     start = query.find(key)
     while start > 0 and query[start - 1] != "&":  # inside another parameter: look further
@@ -48,7 +49,12 @@ def query_value(query: str, name: str) -> str | None:
     start += len(key)
     end = query.find("&", start)
     value = query[start:] if end < 0 else query[start:end]
-    return unquote_plus(value) if "%" in value or "+" in value else value
+    if "%" not in value and "+" not in value:
+        return value
+    try:
+        return unquote_plus(value, errors="strict")
+    except UnicodeDecodeError:
+        raise BadInput(name, "its percent escapes are not UTF-8") from None
 
 
 def skew_ms(request: web.Request) -> int:

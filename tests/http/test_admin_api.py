@@ -38,6 +38,14 @@ class TestStatusOverride:
         )
         assert 200 == (await client.put("/eureka/apps/ORDERS/i-1")).status
 
+    async def test_a_reason_that_is_not_utf8_is_refused(self, client):
+        """`%FF` would have been kept as U+FFFD; metadata refuses it, and so does a reason."""
+        await register(client)
+        response = await client.put("/eureka/apps/ORDERS/i-1/status?value=DOWN&reason=disk%FF")
+        assert 400 == response.status
+        assert "reason" == (await response.json())["field"]
+        assert "UNKNOWN" == (await instance_json(client))["overriddenStatus"]
+
     async def test_override_survives_heartbeats_and_re_registration(self, client):
         """The client's own UP does not undo the admin's decision."""
         await register(client)

@@ -69,7 +69,8 @@ class TestRegister:
     async def test_latin1_xml_without_declaration(self, client):
         """An XML body declared ISO-8859-1 by its Content-Type is decoded as such."""
         body = (
-            "<instance><hostName>h\u00e9</hostName><app>LATIN</app><ipAddr>1.1.1.1</ipAddr>"
+            "<instance><instanceId>latin-1</instanceId><hostName>h\u00e9</hostName>"
+            "<app>LATIN</app><ipAddr>1.1.1.1</ipAddr>"
             "<dataCenterInfo><name>MyOwn</name></dataCenterInfo></instance>"
         ).encode("iso-8859-1")
         response = await client.post(
@@ -80,7 +81,7 @@ class TestRegister:
         assert 204 == response.status
         assert (
             "h\u00e9"
-            == (await fetch_json(client, "/eureka/instances/h%C3%A9"))["instance"]["hostName"]
+            == (await fetch_json(client, "/eureka/instances/latin-1"))["instance"]["hostName"]
         )
 
     async def test_minimal_body_is_enough(self, client):

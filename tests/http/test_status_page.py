@@ -43,11 +43,11 @@ class TestPage:
 
     async def test_escapes_what_clients_sent(self, client):
         """Instance ids and host names are user input: they show as text, never as markup."""
-        await register(client, "ORDERS", '"><img src=x onerror=alert(1)>', hostName="<script>")
+        await register(client, "ORDERS", "\"><img'src=x'onerror=alert(1)>", hostName="<script>")
         html = await page_of(client)
         assert "<img" not in html
         assert "<script>" not in html
-        assert 'data-id="&quot;&gt;&lt;img src=x onerror=alert(1)&gt;"' in html
+        assert 'data-id="&quot;&gt;&lt;img&#x27;src=x&#x27;onerror=alert(1)&gt;"' in html
         assert "&lt;script&gt;" in html
 
     async def test_shows_the_override_with_its_reason(self, client):

@@ -30,7 +30,10 @@ safe_text = st.text(
     st.characters(blacklist_categories=("Cs", "Cc"), blacklist_characters="\ufffe\uffff"),
     max_size=30,
 )
-ids = safe_text.filter(lambda s: s.strip() != "" and "/" not in s and s not in (".", ".."))
+# What ids may be: visible ASCII without '/', and not '.' or '..' (wire.check_path_segment)
+ids = st.text(
+    st.characters(min_codepoint=0x21, max_codepoint=0x7E, exclude_characters="/"), min_size=1
+).filter(lambda s: s not in (".", ".."))
 optional = st.none() | safe_text.filter(bool)
 ports = st.builds(PortInfo, st.integers(0, 65535), st.booleans())
 # "@class" is Java's type marker in a metadata map, never a key (readers drop it).
@@ -179,6 +182,27 @@ class TestLenientInput:
         lease = {"renewalIntervalInSecs": 10**6, "durationInSecs": 2147483647}
         i = instance_from_wire(self.base(leaseInfo=lease), now_ms=NOW)
         assert (3600, 3600) == (i.renewal_interval_secs, i.duration_secs)
+
+    @pytest.mark.parametrize(
+        "iid",
+        [
+            "i\u200b1",  # zero-width space
+            "i-1\u202etxt.exe",  # right-to-left override
+            "i\u20281",  # line separator
+            "i\x7f1",  # DEL
+            "i-1\r\nX-Forged: 1",
+            "i 1",
+            "\u0456-1",  # Cyrillic i
+        ],
+        ids=["zero-width", "rtl-override", "line-separator", "del", "crlf", "space", "cyrillic"],
+    )
+    @pytest.mark.parametrize("field", ["instanceId", "app"])
+    def test_ids_are_visible_ascii(self, iid: str, field: str) -> None:
+        """Ids and app names are shown to people and carried in paths: what could pass for
+        another row is refused."""
+        with pytest.raises(BadInput) as refused:
+            instance_from_wire(self.base(**{field: iid}), now_ms=NOW)
+        assert field == refused.value.field
 
     def test_class_markers_in_metadata_are_dropped(self) -> None:
         """`@class` inside metadata is Java's type marker, not a key."""
