@@ -147,7 +147,7 @@ async def test_gzip_bombs_to_any_path_cost_nothing_to_inflate(server: Server) ->
 
     before = await server.registry()
     _, longest = await server.probed(asyncio.gather(*(send(*s) for s in sends)))
-    assert longest < PROBE_BOUND
+    assert longest < PROBE_BOUND, longest
     assert (
         before["applications"]["apps__hashcode"]
         == (await server.registry())["applications"]["apps__hashcode"]
@@ -177,11 +177,15 @@ async def test_idle_sockets_from_one_address_are_capped_and_closed(server: Serve
             for _, writer in sockets:
                 writer.close()
 
+    async with server.session.get(server.base + "/metrics", headers=auth(CLIENT)) as r:
+        metrics = (await r.read()).decode()
+    open_before = int(float(metrics.split("\nregistry_connections ")[1].split()[0]))
     (at_once, closed), longest = await server.probed(attack())
-    # Over the cap at once (the probe's own connections from this address count too).
-    assert 1100 - 512 <= at_once <= 1100 - 512 + 4
+    # Over the cap at once: this address's connections open before count too (the probe's,
+    # and an earlier test's still draining), though some of those may close meanwhile.
+    assert 1100 - 512 <= at_once <= 1100 - 512 + open_before, (at_once, open_before)
     assert 1100 == closed
-    assert longest < PROBE_BOUND
+    assert longest < PROBE_BOUND, longest
     async with server.session.get(server.eureka + "status", headers=JSON | auth(CLIENT)) as r:
         assert 200 == r.status
 
