@@ -22,6 +22,7 @@ MINUTES = 60 * SECONDS
 ENV_PREFIX = "REGISTRY_"
 LOG_FORMATS = ("auto", "json", "console")
 LOG_LEVELS = ("debug", "info", "warning", "error")
+MAX_BATCH_ITEMS = 1000  # a peer's batch holds at most this many items (Eureka's peers send 250)
 SECRETS = frozenset({"client_credentials", "admin_credentials", "admin_tokens", "peer_credential"})
 
 
@@ -71,7 +72,7 @@ class Settings:
     # Peers: other nodes' base URLs (http://10.0.0.2:8761/eureka/); this node skips itself
     peers: tuple[str, ...] = ()
     my_url: str = ""  # this node's own URL, when peers name it in a way it cannot recognise
-    replication_batch_size: int = 250
+    replication_batch_size: int = 250  # items a batch carries, up to MAX_BATCH_ITEMS
     replication_batch_delay: float = 0.5 * SECONDS  # how long a heartbeat waits to coalesce
     # How long any other change waits: long enough to gather a burst made in one go; under
     # load, changes gather anyway while the batch before them is in flight.
@@ -163,6 +164,10 @@ class Settings:
         for key in ("replication_batch_size", "replication_max_pending"):
             if getattr(self, key) < 1:
                 raise SettingsError(f"{key}: must be at least 1, not {getattr(self, key)}")
+        if self.replication_batch_size > MAX_BATCH_ITEMS:
+            raise SettingsError(
+                f"replication_batch_size: at most {MAX_BATCH_ITEMS} (what peers take in a batch)"
+            )
         self._check_credentials()
         for url in (*self.peers, *([self.my_url] if self.my_url else [])):
             problem = peer_url_problem(url)

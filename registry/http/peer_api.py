@@ -13,7 +13,11 @@ answer in the same order, and a bad item never stops the rest of the batch:
          `removedAt` and `lastDirtyTimestamp` say so, for the sender to remove it too
     400  the item is malformed (Eureka would answer 200 or 500); `error` and `detail` say why
 
-A body that is not a replication batch at all is a 400 for the whole request.
+A body that is not a replication batch at all is a 400 for the whole request, and so is one of
+more than MAX_BATCH_ITEMS items. The copies 409s carry back are bounded too: beyond
+COPY_BYTES_PER_BYTE times the request's size (and COPY_BYTES_FLOOR), a 409 goes without its
+copy (anti-entropy brings it): a 900 KB batch of heartbeats for fat instances drew a 45 MB
+answer.
 
 GET peerreplication/digest: per-application digests (peers/digest.py), with the overrides'
 notes and the override removals remembered.
@@ -37,6 +41,7 @@ from typing import Any
 import orjson
 import structlog
 from aiohttp import web
+from orjson import Fragment
 
 from registry import errors
 from registry.appkeys import CLOCK, CLUSTER, DIGESTS, REGISTRY
@@ -47,6 +52,7 @@ from registry.http.error_handling import status_for
 from registry.http.negotiation import read_document
 from registry.model import InstanceStatus, ReplicationAction
 from registry.overrides import note_from, notes_document, removals_document
+from registry.settings import MAX_BATCH_ITEMS
 from registry.tasks import Pacer
 from registry.tombstones import Tombstone
 
@@ -55,6 +61,13 @@ log = structlog.get_logger()
 _A = ReplicationAction
 _ACTIONS = {action.value: action for action in ReplicationAction}
 _APPLIED: dict[str, Any] = {"statusCode": 200}  # the answer of most items: one object for all
+COPY_BYTES_PER_BYTE = 4
+COPY_BYTES_FLOOR = 64 * 1024
+_NO_COPY: dict[str, Any] = {
+    "statusCode": 409,
+    "error": "stale_replica",
+    "detail": "our copy is newer; this answer's room for copies is spent: anti-entropy brings it",
+}
 
 
 async def batch(request: web.Request) -> web.Response:
@@ -62,6 +75,11 @@ async def batch(request: web.Request) -> web.Response:
     items = await read_document(request, root="replicationList")
     if not isinstance(items, list):
         raise errors.BadInput("replicationList", 'the body must be {"replicationList": [...]}')
+    if len(items) > MAX_BATCH_ITEMS:
+        raise errors.BadInput(
+            "replicationList", f"{len(items)} items; a batch holds at most {MAX_BATCH_ITEMS}"
+        )
+    room = max(COPY_BYTES_FLOOR, COPY_BYTES_PER_BYTE * (request.content_length or 0))
     registry, clock, skew_ms = request.app[REGISTRY], request.app[CLOCK], params.skew_ms(request)
     # A large batch (a peer's registration storm) is applied a slice at a time, so it never
     # holds the loop for long; after each turn the loop had, the time is read again.
@@ -69,6 +87,11 @@ async def batch(request: web.Request) -> web.Response:
     answers, refused, first = [], 0, ""
     for item in items:
         answered = answer(registry, item, now_ms, skew_ms)
+        copy = answered.get("responseEntity")
+        if copy is not None:  # encoded here, to be counted against the room for copies
+            encoded = orjson.dumps(copy)
+            room -= len(encoded)
+            answered = _NO_COPY if room < 0 else {**answered, "responseEntity": Fragment(encoded)}
         answers.append(answered)
         if answered["statusCode"] == 400:
             refused += 1
