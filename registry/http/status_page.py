@@ -71,8 +71,9 @@ async def page(request: web.Request) -> web.Response:
     # A large registry's rows take a while (10 000: about 40 ms): let heartbeats in meanwhile.
     rows, pacer = [], Pacer()
     for lease in leases:
+        # Why, who and until when are the admin plane's to read (as `overrides` is).
         note = notes.of(lease.instance.instance_id, lease.instance.overridden_status)
-        rows.append(_row(lease, note, now_ms=now_ms, admin=admin))
+        rows.append(_row(lease, note if admin else None, now_ms=now_ms, admin=admin))
         await pacer.pace()
     empty = (
         f'<tr class="empty"><td colspan="{7 if admin else 6}">No instances registered.</td></tr>'

@@ -133,6 +133,21 @@ class TestWithCredentials:
         assert TAKE_OUT in html
         assert "Signed in as <strong>ops</strong> (may administer)" in html
 
+    async def test_only_an_admin_sees_why_who_and_until_when(self, client):
+        """An override's reason, author and expiry are the admin plane's, as the `overrides`
+        listing is: a client sees that an instance is out of service, not why."""
+        await register_as_admin(client)
+        response = await client.put(
+            "/eureka/apps/ORDERS/i-1/status?value=OUT_OF_SERVICE&reason=db%20migration&expires=1h",
+            headers={"Authorization": AS_ADMIN},
+        )
+        assert 200 == response.status
+        as_client = await page_of(client, Authorization=AS_CLIENT)
+        assert 'data-override="OUT_OF_SERVICE"' in as_client
+        assert "db migration" not in as_client and " by ops" not in as_client
+        as_admin = await page_of(client, Authorization=AS_ADMIN)
+        assert "db migration" in as_admin and " by ops" in as_admin and "until" in as_admin
+
     async def test_without_a_credential_the_browser_asks_for_one(self, client):
         response = await client.get("/")
         assert 401 == response.status
