@@ -86,6 +86,7 @@ def create_app(
         sync_when_timestamp_differs=settings.sync_when_timestamp_differs,
         removal_margin_ms=int(settings.removal_margin * 1000),
         tombstone_retention_ms=int(settings.tombstone_retention * 1000),
+        max_clock_skew_ms=int(settings.max_clock_skew * 1000),
     )
     journal = DeltaJournal(retention_ms=int(settings.delta_retention * 1000))
     cache = ResponseCache(

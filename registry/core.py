@@ -104,6 +104,7 @@ class Registry:
         sync_when_timestamp_differs: bool = True,
         removal_margin_ms: int = 10_000,
         tombstone_retention_ms: int = 3_600_000,
+        max_clock_skew_ms: int = 300_000,
     ) -> None:
         self._apps: dict[str, dict[str, Lease]] = {}
         self._overrides: dict[str, InstanceStatus] = {}
@@ -113,6 +114,7 @@ class Registry:
         # Instances cancelled or evicted, so no copy of them comes back (registry/tombstones.py).
         self.tombstones = Tombstones(retention_ms=tombstone_retention_ms)
         self._margin = removal_margin_ms
+        self._skew_ms = max_clock_skew_ms  # how far ahead a peer's time may be taken
         self._listeners: list[Listener] = []
         self._override_listeners: list[OverrideListener] = []
         self._loaded: list[Loaded] = []
@@ -675,10 +677,13 @@ class Registry:
         """A peer's overrides (their notes) and override removals (id, app, when): each one
         later than this node's own last word on that instance's override is taken, so that
         after a partition every node holds the latest decision, whichever side made it.
-        Applied as a replication (not sent on). Returns how many changed here."""
+        Applied as a replication (not sent on). Times further ahead of `now_ms` than the
+        clock skew allowed are not taken: they would win every later comparison. Returns how
+        many changed here."""
         changed = 0
+        ahead_ms = now_ms + self._skew_ms
         for iid, note in notes:
-            if not self._override_older(iid, note.set_ms):
+            if note.set_ms > ahead_ms or not self._override_older(iid, note.set_ms):
                 continue
             if self._overrides.get(iid) is note.status:  # the same decision: its newer note
                 self.notes.note(iid, note)
@@ -692,7 +697,7 @@ class Registry:
                     self._set_override(lease, note.status, now_ms, None)
             changed += 1
         for iid, app, at_ms in removals:
-            if not self._override_older(iid, at_ms):
+            if at_ms > ahead_ms or not self._override_older(iid, at_ms):
                 continue
             if iid in self._overrides:
                 self._drop_override(iid, _O.DELETED, now_ms, at_ms)

@@ -23,6 +23,12 @@ from registry.codec import wire
 from registry.errors import BadInput
 from registry.model import InstanceStatus
 
+MAX_REASON = 1000  # characters of an override's reason
+MAX_BY = 200  # characters of the name of who set it
+# The furthest an override's expiry may be: beyond a year it is no expiry, and a time past
+# what every reader can render (year 9999) is a way to break the status page for everyone.
+MAX_EXPIRY_MS = 366 * 86_400_000
+
 
 @dataclass(frozen=True, slots=True)
 class Note:
@@ -148,18 +154,21 @@ def note_fields(note: Note) -> dict[str, Any]:
 
 
 def note_from(item: Mapping[str, Any], app: str, status: InstanceStatus) -> Note | None:
-    """The note a replication item carries, if any; BadInput when its fields are malformed."""
+    """The note a replication item carries, if any; BadInput when its fields are malformed
+    or pass the bounds an admin's call has (a peer's notes are checked as the admin's are:
+    an expiry of Long.MAX_VALUE, once taken, won every later comparison on every node)."""
     set_ms = wire.timestamp(item.get(_SET), _SET)
     if set_ms is None:
         return None
-    return Note(
-        app,
-        status,
-        wire.text(item, _REASON),
-        set_ms,
-        wire.timestamp(item.get(_EXPIRES), _EXPIRES),
-        wire.text(item, _BY),
-    )
+    reason, by = wire.text(item, _REASON), wire.text(item, _BY)
+    expires_ms = wire.timestamp(item.get(_EXPIRES), _EXPIRES)
+    if reason is not None and len(reason) > MAX_REASON:
+        raise BadInput(_REASON, f"is {len(reason)} characters; at most {MAX_REASON}")
+    if by is not None and len(by) > MAX_BY:
+        raise BadInput(_BY, f"is {len(by)} characters; at most {MAX_BY}")
+    if expires_ms is not None and not 0 < expires_ms - set_ms <= MAX_EXPIRY_MS:
+        raise BadInput(_EXPIRES, "must come after the override was set, within a year of it")
+    return Note(app, status, reason, set_ms, expires_ms, by)
 
 
 def notes_document(notes: OverrideNotes, overrides: Mapping[str, InstanceStatus]) -> list[Any]:

@@ -13,15 +13,13 @@ from registry.codec import wire
 from registry.codec.wire import REPLICATION_HEADER
 from registry.errors import BadInput
 from registry.model import InstanceStatus
+from registry.overrides import MAX_EXPIRY_MS, MAX_REASON
 
 _LAST_DIRTY = "lastDirtyTimestamp="
 _DURATION = re.compile(r"(\d{1,9}(?:\.\d{1,3})?)(ms|s|m)?")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, None: 1.0}
 _EXPIRY = re.compile(r"(\d{1,7}(?:\.\d{1,3})?)(s|m|h|d)")
 _EXPIRY_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-# The furthest an override's expiry may be: beyond a year it is no expiry, and a time past
-# what every reader can render (year 9999) is a way to break the status page for everyone.
-MAX_EXPIRY_MS = 366 * 86_400_000
 
 
 def is_replication(request: web.Request) -> bool:
@@ -125,9 +123,6 @@ def event_id(raw: str | None, field: str) -> tuple[int | None, str | None]:
     """A watch stream's event id, `index@epoch` or a bare index: (index, epoch or None)."""
     index, _, epoch = (raw or "").partition("@")
     return registry_index(index, field), epoch or None
-
-
-MAX_REASON = 1000
 
 
 def since_ms(query: str) -> int | None:

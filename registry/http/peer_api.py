@@ -215,6 +215,8 @@ def apply(registry: Registry, item: object, now_ms: int, skew_ms: int) -> None:
         if status is InstanceStatus.UNKNOWN:
             raise errors.BadInput("status", "a StatusUpdate item must name a status")
         note = note_from(item, app, status)  # read before anything is applied
+        if note is not None:
+            wire.not_ahead(note.set_ms, "overrideSetAt", now_ms=now_ms, skew_ms=skew_ms)
         registry.set_status_override(
             app,
             iid,
@@ -226,7 +228,12 @@ def apply(registry: Registry, item: object, now_ms: int, skew_ms: int) -> None:
         )
     else:
         status = wire.status(item.get("status"), "status", default=InstanceStatus.UNKNOWN)
-        removed_at = wire.timestamp(item.get("overrideRemovedAt"), "overrideRemovedAt")
+        removed_at = wire.not_ahead(
+            wire.timestamp(item.get("overrideRemovedAt"), "overrideRemovedAt"),
+            "overrideRemovedAt",
+            now_ms=now_ms,
+            skew_ms=skew_ms,
+        )
         registry.delete_status_override(
             app,
             iid,

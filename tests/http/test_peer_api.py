@@ -84,6 +84,27 @@ class TestItems:
         assert [200, 200, 404] == [a["statusCode"] for a in answers]
         assert 0 == len(registry_of(client))
 
+    @pytest.mark.parametrize(
+        ("fields", "field"),
+        [
+            ({"overrideSetAt": 2**63 - 1}, "overrideSetAt"),  # wins every later comparison
+            ({"overrideExpiresAt": 2**63 - 1}, "overrideExpiresAt"),
+            ({"overrideExpiresAt": 4}, "overrideExpiresAt"),  # before it was set
+            ({"overrideReason": "r" * 4096}, "overrideReason"),
+            ({"overrideSetBy": "o" * 300}, "overrideSetBy"),
+        ],
+        ids=["set-ahead", "expiry-never", "expiry-before-set", "long-reason", "long-author"],
+    )
+    async def test_a_peers_note_is_checked_as_an_admins_call_is(self, client, fields, field):
+        await register(client)
+        note = {"overrideReason": "incident", "overrideSetBy": "ops", "overrideSetAt": 5}
+        [answer] = await post_batch(
+            client, [item("StatusUpdate", status="OUT_OF_SERVICE", **(note | fields))]
+        )
+        assert 400 == answer["statusCode"]
+        assert field in answer["detail"]
+        assert [] == (await fetch_json(client, "/eureka/overrides"))["overrides"]
+
     async def test_a_stale_heartbeat_gets_our_newer_copy(self, client: TestClient):
         """A peer's heartbeat with an older lastDirtyTimestamp is answered 409 with ours."""
         await register(client, lastDirtyTimestamp="1735689005000")

@@ -138,3 +138,20 @@ async def test_unreadable_copies_are_skipped():
     registry = Registry()
     broken = {"instanceId": "i-1", "hostName": ["not", "a", "name"]}
     assert 1 == await merge.merge(registry, app(broken, peer_copy("i-2")), now_ms=T0)
+
+
+def test_a_peers_decision_dated_beyond_the_clock_skew_is_not_taken():
+    """An override set (or removed) at a time no clock has reached would win every later
+    comparison on every node: a digest's such entries are left out."""
+    registry = Registry(max_clock_skew_ms=300_000)
+    registry.register(instance_from_wire(instance_doc(), now_ms=T0), now_ms=T0)
+    ahead = T0 + 60 + 300_001
+    assert 0 == merge.take_overrides(
+        registry, digest_answer([("i-1", "OUT_OF_SERVICE", ahead)], []), now_ms=T0 + 60
+    )
+    assert {} == dict(registry.overrides())
+    merge.take_overrides(
+        registry, digest_answer([("i-1", "OUT_OF_SERVICE", T0 + 50)], []), now_ms=T0 + 60
+    )
+    assert 0 == merge.take_overrides(registry, digest_answer([], [("i-1", ahead)]), now_ms=T0 + 60)
+    assert S.OUT_OF_SERVICE is dict(registry.overrides())["i-1"]
