@@ -107,23 +107,34 @@ async def overrides(request: web.Request) -> web.Response:
     return web.Response(body=orjson.dumps({"overrides": listed}), content_type="application/json")
 
 
+HISTORY_PAGE = 1000  # changes a history read answers by default
+HISTORY_PAGE_MAX = 10_000
+
+
 async def override_history(request: web.Request) -> web.Response:
-    """GET {base}overrides/history[?since=MS]: overrides set, deleted and expired, and the
-    instances cancelled under them, oldest first; what is pending is written first, so the
-    history holds every change made before the read."""
-    since = params.registry_index(
-        params.query_value(params.query_string(request), "since"), "since"
-    )
+    """GET {base}overrides/history[?since=MS][&after=N][&limit=N]: overrides set, deleted
+    and expired, and the instances cancelled under them, oldest first, a page at a time:
+    `next`, when not null, is the `after` of the next page. What is pending is written first,
+    so the history holds every change made before the read."""
+    query = params.query_string(request)
+    since = params.registry_index(params.query_value(query, "since"), "since")
+    after = params.registry_index(params.query_value(query, "after"), "after")
+    limit = params.registry_index(params.query_value(query, "limit"), "limit")
+    if limit is not None and not 1 <= limit <= HISTORY_PAGE_MAX:
+        raise BadInput("limit", f"must be from 1 to {HISTORY_PAGE_MAX}")
     writer = request.app[WRITER]
     if writer is None:
         raise NotServed("the store is off (store = false): no history is kept")
     try:
         await writer.flush()
-        history = await writer.history(since_ms=since or 0)
+        history, next_after = await writer.history(
+            since_ms=since or 0, after=after or 0, limit=limit or HISTORY_PAGE
+        )
     except Exception as exc:
         detail = f"the history cannot be read now ({type(exc).__name__}: {exc})"
         raise StoreUnavailable(detail) from None
-    return web.Response(body=orjson.dumps({"history": history}), content_type="application/json")
+    body = orjson.dumps({"history": history, "next": next_after})
+    return web.Response(body=body, content_type="application/json")
 
 
 async def explain(request: web.Request) -> web.Response:

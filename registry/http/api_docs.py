@@ -174,7 +174,11 @@ OVERRIDE_HISTORY = _op(
         "403": _error("The store is off."),
         "503": _error("The store cannot be read now."),
     },
-    parameters=[_query("since", "from this time (epoch ms)")],
+    parameters=[
+        _query("since", "from this time (epoch ms)"),
+        _query("after", "after this change: the `next` of the page before"),
+        _query("limit", "changes in this page, 1 to 10 000 (1 000 by default)"),
+    ],
 )
 WATCH = _op(
     "Changes as Server-Sent Events (ADDED, MODIFIED, DELETED, reset)",

@@ -32,6 +32,12 @@ BUSY_TIMEOUT_MS = 5_000  # how long a statement waits for another connection's l
 READ_FORMATS = "read_formats"  # meta key: media types full documents were read in, by commas
 
 
+# The override audit trail keeps its last HISTORY_ROWS changes (and what is younger than
+# override_history_retention): a peer writing 485 000 rows in seconds made one read of it
+# 107 MB. It is read a page at a time (`Store.history`).
+HISTORY_ROWS = 100_000
+
+
 class NewerSchema(Exception):
     """The database was written by a newer server: refuse it rather than misread it."""
 
@@ -223,15 +229,21 @@ class Store:
             read_formats=[f for f in meta.get(READ_FORMATS, "").split(",") if f],
         )
 
-    async def history(self, *, since_ms: int = 0) -> list[dict[str, object]]:
-        """The override audit trail from `since_ms`, oldest first."""
-        rows = await self._db.execute_fetchall(
-            "SELECT at_ms, action, app, id, status, reason, expires_ms, actor "
-            "FROM override_history WHERE at_ms >= ? ORDER BY seq",
-            (since_ms,),
+    async def history(
+        self, *, since_ms: int = 0, after: int = 0, limit: int = 1000
+    ) -> tuple[list[dict[str, object]], int | None]:
+        """The override audit trail from `since_ms`, oldest first: `limit` changes after the
+        one numbered `after`, and the number to go on after (None: no more)."""
+        rows = list(
+            await self._db.execute_fetchall(
+                "SELECT seq, at_ms, action, app, id, status, reason, expires_ms, actor "
+                "FROM override_history WHERE at_ms >= ? AND seq > ? ORDER BY seq LIMIT ?",
+                (since_ms, after, limit + 1),
+            )
         )
         keys = ("at_ms", "action", "app", "instance_id", "status", "reason", "expires_ms", "by")
-        return [dict(zip(keys, row, strict=True)) for row in rows]
+        page = [dict(zip(keys, row[1:], strict=True)) for row in rows[:limit]]
+        return page, (int(rows[limit - 1][0]) if len(rows) > limit else None)
 
     # Writing -------------------------------------------------------------------------------
 
@@ -297,12 +309,18 @@ class Store:
             await db.executemany(
                 "DELETE FROM overrides WHERE id = ?", [(iid,) for iid in batch.overrides_gone]
             )
-            await db.executemany(
-                "INSERT INTO override_history "
-                "(at_ms, action, app, id, status, reason, expires_ms, actor) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                [_history_row(change) for change in batch.history],
-            )
+            if batch.history:
+                await db.executemany(
+                    "INSERT INTO override_history "
+                    "(at_ms, action, app, id, status, reason, expires_ms, actor) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    [_history_row(change) for change in batch.history],
+                )
+                await db.execute(  # by its key: the oldest rows beyond the cap go
+                    "DELETE FROM override_history "
+                    "WHERE seq <= (SELECT max(seq) FROM override_history) - ?",
+                    (HISTORY_ROWS,),
+                )
             await db.executemany(
                 "INSERT OR REPLACE INTO meta VALUES (?, ?)",
                 [("index", str(batch.index)), ("epoch", batch.epoch)],

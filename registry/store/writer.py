@@ -169,10 +169,12 @@ class StoreWriter:
         else:
             self._overrides[iid] = _stored(change.app, iid, status, change.note, change.at_ms)
 
-    async def history(self, *, since_ms: int = 0) -> list[dict[str, object]]:
+    async def history(
+        self, *, since_ms: int = 0, after: int = 0, limit: int = 1000
+    ) -> tuple[list[dict[str, object]], int | None]:
         async with self._flushing:  # the flush loop may be (re)opening the store
             store = self._store or await self._opened()
-            return await store.history(since_ms=since_ms)
+            return await store.history(since_ms=since_ms, after=after, limit=limit)
 
     async def forget_history(self, *, before_ms: int) -> None:
         async with self._flushing:

@@ -132,6 +132,18 @@ class TestHistoryAndRestart:
         second = await aiohttp_client(create_app(Settings(), clock=clock))
         assert listed == await overrides(second)
 
+    async def test_the_history_is_read_a_page_at_a_time(self, client):
+        await register(client)
+        for status in ("DOWN", "OUT_OF_SERVICE", "STARTING"):
+            await client.put(f"/eureka/apps/ORDERS/i-1/status?value={status}")
+        first = await fetch_json(client, "/eureka/overrides/history?limit=2")
+        assert ["DOWN", "OUT_OF_SERVICE"] == [h["status"] for h in first["history"]]
+        rest = await fetch_json(client, f"/eureka/overrides/history?after={first['next']}")
+        assert (["STARTING"], None) == ([h["status"] for h in rest["history"]], rest["next"])
+        for limit in ("0", "10001", "x"):
+            response = await client.get(f"/eureka/overrides/history?limit={limit}")
+            assert (400, "limit") == (response.status, (await response.json())["field"])
+
     @pytest.mark.parametrize("settings", [Settings(store=False)])
     async def test_no_history_without_a_store(self, client, settings):
         response = await client.get("/eureka/overrides/history")

@@ -15,6 +15,7 @@ from registry.core import Registry
 from registry.model import InstanceStatus
 from registry.overrides import Note, OverrideAction, OverrideChange
 from registry.store import schema
+from registry.store import sqlite as sqlite_store
 from registry.store.sqlite import Batch, NewerSchema, Store, StoredOverride
 from tests.registry.test_core import T0, make
 
@@ -91,7 +92,7 @@ class TestOpen:
         await store.write(Batch(overrides_set=[by_ops], history=[set_again]))
         (again,) = (await store.load()).overrides
         assert "ops" == again.set_by
-        assert "ops" == (await store.history())[-1]["by"]
+        assert "ops" == ((await store.history())[0])[-1]["by"]
         await store.close()
 
     async def test_a_newer_schema_is_refused(self, path):
@@ -171,10 +172,27 @@ class TestRoundTrip:
             ("deleted", "b", None, None, None, "ops"),
         ] == [
             (h["action"], h["instance_id"], h["status"], h["reason"], h["expires_ms"], h["by"])
-            for h in await store.history()
+            for h in (await store.history())[0]
         ]
         await store.forget_history(before_ms=T0 + 1)
-        assert 2 == len(await store.history())
+        assert 2 == len((await store.history())[0])
+        await store.close()
+
+    async def test_the_history_is_read_a_page_at_a_time_and_keeps_its_last_rows(
+        self, path, monkeypatch
+    ):
+        monkeypatch.setattr(sqlite_store, "HISTORY_ROWS", 10)
+        store = await Store.open(path, now_ms=T0)
+        changes = [OverrideChange(SET, "ORDERS", f"i-{n}", S.DOWN, T0 + n) for n in range(25)]
+        for start in range(0, 25, 5):
+            await store.write(Batch(history=changes[start : start + 5]))
+        page, after = await store.history(limit=4)
+        assert ["i-15", "i-16", "i-17", "i-18"] == [h["instance_id"] for h in page]
+        ids = [h["instance_id"] for h in page]
+        while after is not None:
+            page, after = await store.history(after=after, limit=4)
+            ids += [h["instance_id"] for h in page]
+        assert [f"i-{n}" for n in range(15, 25)] == ids  # the last ten, each once
         await store.close()
 
     async def test_a_failed_transaction_leaves_nothing_behind(self, path):

@@ -33,7 +33,7 @@ async def overrides_and_history(
     """What a fresh connection finds of the overrides: their rows, and their history."""
     store = await Store.open(writer.path, now_ms=T0)
     try:
-        return (await store.load()).overrides, await store.history()
+        return (await store.load()).overrides, (await store.history())[0]
     finally:
         await store.close()
 
@@ -104,7 +104,7 @@ class TestBatches:
         await writer.flush()
         store = await Store.open(writer.path, now_ms=T0)
         overrides = (await store.load()).overrides
-        history = [(h["action"], h["instance_id"]) for h in await store.history()]
+        history = [(h["action"], h["instance_id"]) for h in (await store.history())[0]]
         await store.close()
         assert [("ORDERS", "a", S.OUT_OF_SERVICE), ("ORDERS", "c", S.OUT_OF_SERVICE)] == sorted(
             (o.app, o.instance_id, o.status) for o in overrides
@@ -127,7 +127,7 @@ class TestBatches:
         registry.delete_status_override("ORDERS", "a", now_ms=T0 + 2, by="ops2")
         await writer.flush()
         store = await Store.open(writer.path, now_ms=T0)
-        overrides, history = (await store.load()).overrides, await store.history()
+        overrides, history = (await store.load()).overrides, (await store.history())[0]
         await store.close()
         assert [] == overrides
         assert [
@@ -209,7 +209,7 @@ class TestFaults:
         assert "store_file_gone" in [e["event"] for e in logs]
         assert {"a": S.UP, "b": S.DOWN} == await stored(writer)
         store = await Store.open(writer.path, now_ms=T0)
-        overrides, history = (await store.load()).overrides, await store.history()
+        overrides, history = (await store.load()).overrides, (await store.history())[0]
         await store.close()
         assert [("b", S.DOWN)] == [(o.instance_id, o.status) for o in overrides]
         assert [("set", "b")] == [(h["action"], h["instance_id"]) for h in history]
