@@ -249,6 +249,17 @@ def _peers(reload: Reload | None) -> Callable[[web.Application], AsyncIterator[N
                 ),
                 name="peer_sync",
             )
+        elif _store_lost(app) and not settings.serve_empty_store:
+            window = settings.peer_sync_empty_window
+            lifecycle.move(
+                Phase.SYNCING,
+                f"the store could not be restored ({_store_lost(app)}) and there is no peer to "
+                f"copy: reads open in {window:g} s, once clients have registered again (their "
+                "heartbeats are answered 404 meanwhile), or at once with serve_empty_store",
+            )
+            loops.start(
+                lambda: _open_reads_after(clock, lifecycle, window), name="empty_store_window"
+            )
         else:
             lifecycle.move(Phase.SERVING, lifecycle.reason if app[RESTORED] else "serving")
         if reload is not None:
@@ -262,6 +273,24 @@ def _peers(reload: Reload | None) -> Callable[[web.Application], AsyncIterator[N
         await cluster.aclose()
 
     return peers
+
+
+def _store_lost(app: web.Application) -> str:
+    """Why the store held nothing to restore though one is configured ("" if it did or may
+    have: a new store, or no store)."""
+    writer = app[WRITER]
+    if writer is None:
+        return ""
+    if writer.moved_aside is not None:
+        return f"it was corrupt, and is kept aside at {writer.moved_aside.path}"
+    if writer.degraded:
+        return f"it cannot be opened: {writer.last_error}"
+    return ""
+
+
+async def _open_reads_after(clock: Clock, lifecycle: Lifecycle, window: float) -> None:
+    await clock.sleep(window)
+    lifecycle.synced(f"served empty after {window:g} s: the store could not be restored")
 
 
 async def _reload(app: web.Application, reload: Reload) -> None:
@@ -309,6 +338,7 @@ async def _store(app: web.Application) -> AsyncIterator[None]:
 
     def late_restore(snapshot: Snapshot, removed: set[InstanceKey], gone: set[str]) -> None:
         restore_missing(registry, snapshot, removed, gone, now_ms=clock.wall_ms())
+        app[LIFECYCLE].synced("the store opened late, and what it kept is restored")
 
     # One process per data directory (registry/store/lock.py), for as long as it runs.
     held = await asyncio.to_thread(lock_data_dir, Path(settings.data_dir))

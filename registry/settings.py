@@ -101,6 +101,9 @@ class Settings:
     # A corrupt database at start-up: moved aside and the node starts empty (said in status,
     # /readyz, a metric and the log), or, with this, the node refuses to start.
     refuse_corrupt_store: bool = False
+    # A store that could not be restored (corrupt, or unreadable) on a node with no peer to
+    # copy: reads stay closed for peer_sync_empty_window, or, with this, open at once (empty).
+    serve_empty_store: bool = False
     override_history_retention: float = 30 * 24 * 60 * MINUTES  # the audit trail's length
     # HTTP
     max_body_bytes: int = 1024 * 1024

@@ -173,15 +173,28 @@ class TestCorruptStore:
         assert ("error", str(aside)) == (logged["log_level"], logged["moved_to"])
         moved = (await store_status(client))["corrupt-moved-aside"]
         assert (str(aside), clock.wall_ms()) == (moved["path"], moved["at"])
+        # Not ready while clients register again: no peer to copy, and nothing restored.
+        closed = await client.get("/readyz")
+        assert (503, "SYNCING") == (closed.status, (await closed.json())["phase"])
+        assert "kept aside" in (await closed.json())["reasons"][0]
+        assert 403 == (await client.get("/eureka/apps")).status
+        await register(client, iid="back")
+        await clock.advance(Settings().peer_sync_empty_window)
         ready = await client.get("/readyz")
         body = await ready.json()
-        assert 200 == ready.status  # it serves: what it lost is a warning, not unreadiness
+        assert 200 == ready.status  # then it serves: what it lost stays a warning
         assert [f"kept aside at {aside}"] == [
             w[w.index("kept aside") :].split(":")[0] for w in body["warnings"]
         ]
         metrics = await (await client.get("/metrics")).text()
         assert "registry_store_corrupt_moved_aside 1.0" in metrics
         assert "started empty" in await (await client.get("/")).text()
+
+    async def test_served_empty_at_once_when_told_to(self, aiohttp_client, clock, tmp_path):
+        data = await self.corrupt(tmp_path)
+        settings = Settings(data_dir=str(data), serve_empty_store=True)
+        client = await aiohttp_client(create_app(settings, clock=clock))
+        assert 200 == (await client.get("/readyz")).status
 
     async def test_refused_when_told_to(self, clock, tmp_path):
         data = await self.corrupt(tmp_path)
