@@ -30,6 +30,7 @@ from registry.appkeys import (
     LIFECYCLE,
     LIMITER,
     LOOP_LAG,
+    PAGES,
     PRESERVATION,
     REGISTRY,
     REQUESTS,
@@ -38,7 +39,7 @@ from registry.appkeys import (
     STARTED_AT,
     WRITER,
 )
-from registry.cache import ResponseCache
+from registry.cache import Recent, ResponseCache
 from registry.catalog import Catalog
 from registry.clock import Clock, SystemClock
 from registry.codec import Format
@@ -48,6 +49,7 @@ from registry.credentials import Credentials
 from registry.eviction import Evictor
 from registry.feed import KEEPALIVE, ChangeFeed
 from registry.http import add_routes
+from registry.http.status_page import PAGE_MAX_AGE
 from registry.journal import DeltaJournal
 from registry.lifecycle import Lifecycle, Phase
 from registry.loop_lag import LoopLag
@@ -127,6 +129,7 @@ def create_app(
     app[REQUESTS] = RequestStats()
     app[LOOP_LAG] = LoopLag()
     app[CONNECTIONS] = Connections(per_address=settings.max_connections_per_address)
+    app[PAGES] = Recent(max_age=PAGE_MAX_AGE)
     app[LIMITER] = (
         FetchLimiter(rate=settings.fetch_rate_limit, burst=settings.fetch_burst)
         if settings.fetch_rate_limit

@@ -6,7 +6,7 @@ from aiohttp import web
 
 from peers.cluster import Cluster
 from peers.digest import Digests
-from registry.cache import ResponseCache
+from registry.cache import Recent, ResponseCache
 from registry.catalog import Catalog
 from registry.clock import Clock
 from registry.connections import Connections
@@ -44,3 +44,4 @@ LIMITER: web.AppKey[FetchLimiter | None] = web.AppKey("limiter")
 REQUESTS = web.AppKey("requests", RequestStats)  # counts and latencies, for /metrics
 LOOP_LAG = web.AppKey("loop_lag", LoopLag)  # how late the event loop runs, for /metrics
 CONNECTIONS = web.AppKey("connections", Connections)  # open ones by client address, capped
+PAGES = web.AppKey("pages", Recent)  # the status page as lately rendered, by how it looks

@@ -165,3 +165,25 @@ def _vip_names(instance: InstanceInfo | None) -> set[str]:
         if address:
             names.update(address.split(","))
     return names
+
+
+class Recent:
+    """Values kept `max_age` seconds by key, `size` at most (the oldest go first): for what
+    changes every moment yet costs too much to make for every request (the status page)."""
+
+    def __init__(self, *, max_age: float, size: int = 4) -> None:
+        self._max_age = max_age
+        self._size = size
+        self._values: dict[Hashable, tuple[float, object]] = {}
+
+    def get(self, key: Hashable, *, now: float) -> object | None:
+        made = self._values.get(key)
+        if made is None or now - made[0] > self._max_age:
+            return None
+        return made[1]
+
+    def put(self, key: Hashable, value: object, *, now: float) -> None:
+        self._values.pop(key, None)
+        self._values[key] = (now, value)
+        while len(self._values) > self._size:
+            del self._values[next(iter(self._values))]

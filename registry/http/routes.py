@@ -113,7 +113,12 @@ VERSIONED: dict[str, dict[str, Route]] = {
         "PUT": Route(plane=_A, doc=api_docs.METADATA, handler=admin_api.update_metadata)
     },
     "/instances/{id}": {
-        "GET": Route(plane=_C, doc=api_docs.INSTANCE_BY_ID, handler=discovery_api.instance_by_id)
+        "GET": Route(
+            plane=_C,
+            doc=api_docs.INSTANCE_BY_ID,
+            handler=discovery_api.instance_by_id,
+            limited=True,  # it looks in every application
+        )
     },
     "/vips/{vip}": {
         "GET": Route(plane=_C, doc=api_docs.VIPS, handler=discovery_api.vip, limited=True)
@@ -149,7 +154,7 @@ UNVERSIONED: dict[str, dict[str, Route]] = {
     "/readyz": {"GET": Route(plane=_O, doc=api_docs.READYZ, handler=server_info.readyz)},
     "/openapi.json": {"GET": Route(plane=_O, doc=api_docs.OPENAPI, build=_openapi)},
     "/metrics": {"GET": Route(plane=_C, doc=api_docs.METRICS, handler=metrics.metrics)},
-    "/": {"GET": Route(plane=_C, doc=api_docs.PAGE, handler=status_page.page)},
+    "/": {"GET": Route(plane=_C, doc=api_docs.PAGE, handler=status_page.page, limited=True)},
     "/page/{name}": {"GET": Route(plane=_C, doc=api_docs.PAGE_ASSET, handler=status_page.asset)},
 }
 

@@ -19,7 +19,7 @@ from typing import Any
 
 from aiohttp import web
 
-from registry.appkeys import CLOCK, LIFECYCLE, REGISTRY, SETTINGS
+from registry.appkeys import CLOCK, LIFECYCLE, PAGES, REGISTRY, SETTINGS
 from registry.http import auth, server_info
 from registry.http.error_handling import no_such_endpoint
 from registry.model import InstanceStatus, Lease
@@ -49,12 +49,28 @@ _HEALTH = {  # a peer's `reachable`: None until the first call to it ends
 _STATUS_OPTIONS = "".join(f'<option value="{s.value}">{s.value}</option>' for s in InstanceStatus)
 
 
+# A page is rendered at most once in this many seconds for each way it looks (the registry's
+# index, the viewer, the phase): four clients reloading it in a loop at 20 000 instances took a
+# core, and heartbeats waited. Lease times and peers' health on it are this much old at most.
+PAGE_MAX_AGE = 2.0
+
+
 async def page(request: web.Request) -> web.Response:
     """GET /: the status page (HTML)."""
+    registry, clock, pages = request.app[REGISTRY], request.app[CLOCK], request.app[PAGES]
+    admin = auth.may_administer(request)
+    key = (registry.index, admin, auth.principal(request), request.app[LIFECYCLE].phase)
+    html = pages.get(key, now=clock.monotonic())
+    if not isinstance(html, bytes):
+        html = (await _render(request, admin)).encode()
+        pages.put(key, html, now=clock.monotonic())
+    return web.Response(body=html, content_type="text/html", charset="utf-8", headers=_HEADERS)
+
+
+async def _render(request: web.Request, admin: bool) -> str:
     registry = request.app[REGISTRY]
     notes = registry.notes
     now_ms = request.app[CLOCK].wall_ms()
-    admin = auth.may_administer(request)
     leases = sorted(
         (lease for _, leases in registry.applications() for lease in leases),
         key=lambda lease: (lease.instance.app, lease.instance.instance_id),
@@ -78,8 +94,7 @@ async def page(request: web.Request) -> web.Response:
     empty = (
         f'<tr class="empty"><td colspan="{7 if admin else 6}">No instances registered.</td></tr>'
     )
-    html = _TEMPLATE.substitute(fields, rows="".join(rows) or empty)
-    return web.Response(text=html, content_type="text/html", headers=_HEADERS)
+    return _TEMPLATE.substitute(fields, rows="".join(rows) or empty)
 
 
 async def asset(request: web.Request) -> web.Response:

@@ -24,13 +24,23 @@ from __future__ import annotations
 import orjson
 from aiohttp import hdrs, web
 
-from registry.appkeys import CACHE, CLOCK, FEED, JOURNAL, LIFECYCLE, REGISTRY, SETTINGS
+from registry.appkeys import (
+    CACHE,
+    CLOCK,
+    FEED,
+    JOURNAL,
+    LIFECYCLE,
+    LIMITER,
+    REGISTRY,
+    SETTINGS,
+)
 from registry.codec.wire import EPOCH_HEADER, INDEX_HEADER
 from registry.errors import IndexExpired, NotServed
 from registry.fanout import KEEPALIVE_COMMENT
 from registry.feed import ChangeFeed, sse
 from registry.http import params
 from registry.http.discovery_api import check_index, forgotten
+from registry.http.throttle import limited
 from registry.journal import DeltaJournal
 from registry.tasks import SLICE, Pacer
 
@@ -54,6 +64,10 @@ async def watch(request: web.Request) -> web.StreamResponse:
         epoch = params.query_value(query, "epoch")
     if position is None:
         position = registry.index
+    limiter = request.app[LIMITER]
+    if position < registry.index and limiter is not None:
+        # Catching up replays the journal (a deploy's minutes of it): as costly as a delta.
+        limited(limiter, request.app[CLOCK])(request)
     response = web.StreamResponse(
         headers={
             hdrs.CONTENT_TYPE: "text/event-stream",

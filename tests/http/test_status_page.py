@@ -15,6 +15,7 @@ from playwright.async_api import Browser, async_playwright, expect
 
 from registry import FakeClock, Settings, create_app
 from registry.appkeys import REGISTRY
+from registry.http import status_page
 from registry.model import InstanceStatus
 from registry.overrides import Note
 from tests.helpers import instance_doc, register
@@ -262,3 +263,27 @@ class TestInTheBrowser:
         await expect(visible).to_have_count(1)
         await expect(visible.first).to_have_attribute("data-id", "o-1")
         await expect(page.locator("#shown")).to_have_text("1 of 2 shown")
+
+
+async def test_the_page_is_rendered_once_for_a_moment_however_many_read_it(
+    client, clock, monkeypatch
+):
+    """At the same index, for the same viewer, within PAGE_MAX_AGE: one rendering; a change
+    or the time passing renders it again."""
+    renders = 0
+    real = status_page._render
+
+    async def counted(*args):  # type: ignore[no-untyped-def]
+        nonlocal renders
+        renders += 1
+        return await real(*args)
+
+    monkeypatch.setattr(status_page, "_render", counted)
+    await register(client, "ORDERS", "i-1")
+    pages = [await page_of(client) for _ in range(5)]
+    assert (1, 1) == (renders, len(set(pages)))
+    await register(client, "ORDERS", "i-2")
+    assert 'data-id="i-2"' in await page_of(client)
+    await clock.advance(status_page.PAGE_MAX_AGE + 0.1)
+    await page_of(client)
+    assert 3 == renders

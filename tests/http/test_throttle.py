@@ -84,3 +84,24 @@ async def test_peers_are_never_throttled(client, clock):
     for _ in range(BURST):
         assert 200 == (await client.get("/eureka/apps", headers=JSON)).status
     assert 429 == (await client.get("/eureka/apps", headers=JSON)).status  # clients still are
+
+
+@pytest.mark.parametrize(
+    "path", ["/", "/eureka/instances/i-1", "/eureka/watch?index=0"], ids=["page", "by-id", "replay"]
+)
+async def test_reads_that_cost_more_than_a_lookup_are_limited_too(client, path):
+    """The status page (the whole registry rendered), an instance looked up in every
+    application, a watch that replays the journal: a client's bucket pays for each."""
+    await register(client)
+    answers = [await client.get(path, headers=JSON) for _ in range(BURST + 1)]
+    for answer in answers:
+        answer.close()
+    assert [200] * BURST + [429] == [a.status for a in answers]
+
+
+async def test_a_watch_from_now_is_not_limited(client):
+    """Opening a stream from the current index replays nothing: hundreds of watchers may."""
+    for _ in range(BURST + 1):
+        answer = await client.get("/eureka/watch")
+        assert 200 == answer.status
+        answer.close()
