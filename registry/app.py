@@ -89,6 +89,8 @@ def create_app(
         removal_margin_ms=int(settings.removal_margin * 1000),
         tombstone_retention_ms=int(settings.tombstone_retention * 1000),
         max_clock_skew_ms=int(settings.max_clock_skew * 1000),
+        max_applications=settings.max_applications,
+        max_instances_per_application=settings.max_instances_per_application,
     )
     journal = DeltaJournal(retention_ms=int(settings.delta_retention * 1000))
     cache = ResponseCache(

@@ -23,7 +23,14 @@ from typing import Any, Protocol
 import structlog
 from msgspec.structs import replace
 
-from registry.errors import RegistryError, RemovedHere, StaleReplica, UnknownInstance
+from registry.codec import wire
+from registry.errors import (
+    LimitReached,
+    RegistryError,
+    RemovedHere,
+    StaleReplica,
+    UnknownInstance,
+)
 from registry.hashcode import hash_of_counts
 from registry.model import (
     ActionType,
@@ -105,6 +112,8 @@ class Registry:
         removal_margin_ms: int = 10_000,
         tombstone_retention_ms: int = 3_600_000,
         max_clock_skew_ms: int = 300_000,
+        max_applications: int = 0,
+        max_instances_per_application: int = 0,
     ) -> None:
         self._apps: dict[str, dict[str, Lease]] = {}
         self._overrides: dict[str, InstanceStatus] = {}
@@ -115,6 +124,9 @@ class Registry:
         self.tombstones = Tombstones(retention_ms=tombstone_retention_ms)
         self._margin = removal_margin_ms
         self._skew_ms = max_clock_skew_ms  # how far ahead a peer's time may be taken
+        # What clients may register (0: no cap); a peer's registrations are its own to cap.
+        self._max_apps = max_applications
+        self._max_per_app = max_instances_per_application
         self._listeners: list[Listener] = []
         self._override_listeners: list[OverrideListener] = []
         self._loaded: list[Loaded] = []
@@ -171,6 +183,8 @@ class Registry:
         """
         leases = self._apps.get(instance.app)
         existing = None if leases is None else leases.get(instance.instance_id)
+        if existing is None and not is_replication:
+            self._check_room(instance.app, leases)
         if existing is None and len(self.tombstones):
             self._unbury(
                 instance, is_replication, now_ms if last_renewal_ms is None else last_renewal_ms
@@ -223,6 +237,15 @@ class Registry:
         if self.outbox is not None and not is_replication:
             self.outbox(_A.REGISTER, registrant.app, iid)
         return lease.instance
+
+    def _check_room(self, app: str, leases: dict[str, Lease] | None) -> None:
+        if leases is None and self._max_apps and len(self._apps) >= self._max_apps:
+            raise LimitReached(
+                f"{len(self._apps)} applications are registered, max_applications: {app!r} "
+                "would be one more"
+            )
+        if leases is not None and self._max_per_app and len(leases) >= self._max_per_app:
+            raise LimitReached(f"{app} has {len(leases)} instances, max_instances_per_application")
 
     def load(
         self,
@@ -713,6 +736,7 @@ class Registry:
         """Merge metadata and re-register as a client call, as Eureka does (contract 3.6)."""
         instance = self._live_lease(app, instance_id, now_ms).instance
         merged = {**instance.metadata, **entries}
+        wire.check_metadata_size(merged)
         self.register(replace(instance, metadata=merged), now_ms=now_ms)
 
     def evict(self, app: str, instance_id: str, *, now_ms: int, extra_ms: int = 0) -> bool:

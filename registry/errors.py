@@ -16,6 +16,7 @@ RegistryError               500  a bug: never raised on purpose for bad input
 ├── IndexExpired            410  a watch or long-poll asks for changes no longer kept
 ├── StoreUnavailable        503  an override is in force but could not be written to disk yet
 ├── StaleReplica            409  a peer holds older data than ours; it gets our copy
+├── LimitReached            403  a registration past max_applications or its application's cap
 └── RemovedHere             409  a peer's copy of an instance removed here after it
 
 An error may carry response headers (`headers`): the 401's challenge, the 429's Retry-After.
@@ -115,6 +116,11 @@ class StaleReplica(RegistryError):
             f"(lastDirtyTimestamp {lease.instance.last_dirty_ms})"
         )
         self.lease = lease
+
+
+class LimitReached(RegistryError):
+    """A client's registration of a new instance past `max_applications` or
+    `max_instances_per_application`: memory is what a registry runs out of."""
 
 
 class RemovedHere(RegistryError):

@@ -105,6 +105,9 @@ class Settings:
     # copy: reads stay closed for peer_sync_empty_window, or, with this, open at once (empty).
     serve_empty_store: bool = False
     override_history_retention: float = 30 * 24 * 60 * MINUTES  # the audit trail's length
+    # What clients may register (0: no cap), refused 403 limit_reached beyond
+    max_applications: int = 10_000
+    max_instances_per_application: int = 20_000
     # HTTP
     max_body_bytes: int = 1024 * 1024
     # Connections one client address may hold open at once (0: no cap); behind a reverse
@@ -161,6 +164,8 @@ class Settings:
             "self_preservation_min_instances",
             "gc_freeze_interval",
             "max_connections_per_address",
+            "max_applications",
+            "max_instances_per_application",
         ):
             if getattr(self, key) < 0:
                 raise SettingsError(f"{key}: must not be negative")

@@ -38,6 +38,7 @@ STATUS_FOR: dict[type, int] = {
     errors.UnknownApplication: 404,
     errors.NotServed: 403,
     errors.StaleReplica: 409,
+    errors.LimitReached: 403,
     errors.RemovedHere: 409,
     errors.IndexExpired: 410,
     errors.StoreUnavailable: 503,

@@ -105,6 +105,14 @@ class TestMetadata:
         await client.put("/eureka/apps/ORDERS/i-1/metadata?k=first&k=second")
         assert "first" == (await instance_json(client))["metadata"]["k"]
 
+    async def test_metadata_merged_past_its_bounds_is_refused(self, client):
+        await register(client)
+        before = (await instance_json(client))["metadata"]
+        query = "&".join(f"k{n}=v" for n in range(256))  # 257 with what it holds
+        response = await client.put(f"/eureka/apps/ORDERS/i-1/metadata?{query}")
+        assert (400, "metadata") == (response.status, (await response.json())["field"])
+        assert before == (await instance_json(client))["metadata"]
+
     async def test_metadata_on_unknown_instance_is_404(self, client):
         """Metadata for an unregistered instance finds nothing and creates nothing."""
         assert 404 == (await client.put("/eureka/apps/ORDERS/ghost/metadata?a=1")).status

@@ -119,7 +119,7 @@ class TestItems:
         """Heartbeats for a fat instance, each stale: the first 409s carry our copy, and once
         the copies would pass four times the request's size, the rest go without (a 900 KB
         batch drew a 45 MB answer)."""
-        metadata = {f"k{n}": "v" * 100 for n in range(400)}  # a copy of about 45 KB
+        metadata = {f"k{n}": "v" * 200 for n in range(200)}  # a copy of about 45 KB
         await register(client, lastDirtyTimestamp="1735689005000", metadata=metadata)
         items = [item("Heartbeat", lastDirtyTimestamp=1735689000000)] * 200
         body = orjson.dumps({"replicationList": items})

@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 
 from registry.core import Registry
-from registry.errors import StaleReplica, UnknownInstance
+from registry.errors import LimitReached, StaleReplica, UnknownInstance
 from registry.model import ActionType, ChangeEvent, DataCenterInfo, InstanceInfo, InstanceStatus
 from registry.overrides import Note, OverrideChange
 
@@ -568,3 +568,20 @@ class TestReads:
         assert S.UP == events[0].lease.instance.status
         assert T0 == events[0].lease.last_renewal_ms
         assert dataclasses.is_dataclass(events[0].lease)
+
+
+class TestLimits:
+    def test_clients_register_within_the_caps_and_peers_beyond(self):
+        """max_applications and max_instances_per_application refuse a client's new
+        instance past them (a registry runs out of memory otherwise); registering again, and
+        a peer's registrations, are not refused (each node caps its own clients)."""
+        registry = Registry(max_applications=2, max_instances_per_application=2)
+        for iid, app in (("a-1", "A"), ("a-2", "A"), ("b-1", "B")):
+            registry.register(make(iid, app=app), now_ms=T0)
+        with pytest.raises(LimitReached, match="A has 2 instances"):
+            registry.register(make("a-3", app="A"), now_ms=T0)
+        with pytest.raises(LimitReached, match="max_applications"):
+            registry.register(make("c-1", app="C"), now_ms=T0)
+        registry.register(make("a-1", app="A"), now_ms=T0 + 1)  # again: no new instance
+        registry.register(make("c-1", app="C"), now_ms=T0, is_replication=True)
+        assert 4 == len(registry)
