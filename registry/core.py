@@ -194,7 +194,8 @@ class Registry:
         registrant = instance
         if existing is not None and existing.instance.last_dirty_ms > instance.last_dirty_ms:
             # Ours is newer than what arrived (a late replica, a stale client): keep ours.
-            log.info(
+            # A client's is worth a warning: another may have taken its id.
+            (log.info if is_replication else log.warning)(
                 "registration_older_than_ours",
                 app=instance.app,
                 instance_id=instance.instance_id,

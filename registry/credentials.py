@@ -13,7 +13,7 @@ import enum
 import hashlib
 import hmac
 
-from registry.settings import Settings
+from registry.settings import Settings, client_applications
 
 
 class Role(enum.Flag):
@@ -44,6 +44,8 @@ class Credentials:
             basic.append((settings.peer_credential, Role.PEER))
         self._basic = [(_digest(c.encode()), role) for c, role in basic]
         self._tokens = [(_digest(t.encode()), Role.ADMIN) for t in settings.admin_tokens]
+        # Client users bound to applications (`client_applications`); others are not bound.
+        self.applications = client_applications(settings.client_applications)
         self.configured = Role.NONE
         for _, role in self._basic:
             self.configured |= role

@@ -36,6 +36,9 @@ class Settings:
     port: int = 8761
     # Credentials by plane (`user:password` for HTTP Basic); none at all: open, on loopback only
     client_credentials: tuple[str, ...] = field(default=(), repr=False)
+    # "user=APP|APP": the client credential `user` may register, renew and cancel instances of
+    # those applications only (a credential not listed may act on any; reads are not bound)
+    client_applications: tuple[str, ...] = ()
     admin_credentials: tuple[str, ...] = field(default=(), repr=False)
     admin_tokens: tuple[str, ...] = field(default=(), repr=False)  # HTTP bearer tokens
     peer_credential: str = field(default="", repr=False)  # sent to peers, and required of them
@@ -210,6 +213,12 @@ class Settings:
                 _check_basic(key, credential)
         if self.peer_credential:
             _check_basic("peer_credential", self.peer_credential)
+        users = {c.partition(":")[0] for c in self.client_credentials}
+        for user in client_applications(self.client_applications):
+            if user not in users:
+                raise SettingsError(
+                    f"client_applications: {user!r} is the user of no client credential"
+                )
         for token in self.admin_tokens:
             if not token or any(c.isspace() for c in token):
                 raise SettingsError("admin_tokens: a token must be non-empty, without spaces")
@@ -355,3 +364,17 @@ def _text_list(key: str, value: Any) -> tuple[str, ...]:
     if not isinstance(items, list | tuple) or not all(isinstance(u, str) for u in items):
         raise SettingsError(f"{key}: expected a list of strings")
     return tuple(dict.fromkeys(item.strip() for item in items if item.strip()))
+
+
+def client_applications(entries: tuple[str, ...]) -> dict[str, frozenset[str]]:
+    """`client_applications` read: user -> the applications (upper case) it may act on."""
+    bound: dict[str, frozenset[str]] = {}
+    for entry in entries:
+        user, _, apps = entry.partition("=")
+        names = frozenset(a.strip().upper() for a in apps.split("|") if a.strip())
+        if not user.strip() or not names:
+            raise SettingsError(
+                f"client_applications: {entry!r} is not user=APP or user=APP|APP|..."
+            )
+        bound[user.strip()] = bound.get(user.strip(), frozenset()) | names
+    return bound

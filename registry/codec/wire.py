@@ -46,6 +46,8 @@ def basic_authorization(credential: str) -> str:
 INDEX_HEADER = istr("X-Registry-Index")
 EPOCH_HEADER = istr("X-Registry-Epoch")
 SINCE_HEADER = istr("X-Registry-Since")  # on a long-poll answer: the index it goes on from
+# On a registration's 204 that changed nothing (ours is newer): why.
+REGISTRATION_HEADER = istr("X-Registry-Registration")
 DATA_CENTER_NAMES = ("Netflix", "Amazon", "MyOwn")
 DATA_CENTER_CLASSES = (
     DEFAULT_DATA_CENTER_CLASS,

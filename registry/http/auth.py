@@ -25,7 +25,7 @@ from urllib.parse import urlsplit
 
 from aiohttp import hdrs, web
 
-from registry.appkeys import SETTINGS
+from registry.appkeys import CREDENTIALS, SETTINGS
 from registry.credentials import Credentials, Role
 from registry.errors import Forbidden, Unauthorized
 from registry.http.answering import Check
@@ -103,6 +103,24 @@ def may_administer(request: web.Request) -> bool:
     """Whether this request could call the admin plane: always, when no credentials are
     configured (then the server is on loopback, unless `insecure_public_bind` says otherwise)."""
     return not request.app[SETTINGS].secured or bool(request.get(ROLES, Role.NONE) & Role.ADMIN)
+
+
+def may_act_on(request: web.Request, app: str) -> None:
+    """Refuse (403) a client credential bound to other applications than `app`
+    (`client_applications`): it may register, renew and cancel its own applications' instances
+    only. Admins and peers act on any; an unbound client credential, on any as well."""
+    credentials = request.app[CREDENTIALS]
+    if credentials is None or not credentials.applications:
+        return
+    if request.get(ROLES, Role.NONE) & (Role.ADMIN | Role.PEER):
+        return
+    user = request.get(PRINCIPAL)
+    apps = credentials.applications.get(user) if user is not None else None
+    if apps is not None and app not in apps:
+        raise Forbidden(
+            f"the client credential {user!r} acts on instances of {', '.join(sorted(apps))} "
+            f"only, not of {app} (client_applications)"
+        )
 
 
 def principal(request: web.Request) -> str | None:

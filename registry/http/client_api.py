@@ -9,6 +9,7 @@ from msgspec.structs import replace
 from registry.appkeys import CLOCK, REGISTRY
 from registry.clock import Clock
 from registry.codec import instance_from_wire, wire
+from registry.codec.wire import REGISTRATION_HEADER
 from registry.core import Registry
 from registry.http import auth, params
 from registry.http.durability import committed
@@ -19,6 +20,7 @@ from registry.model import InstanceStatus
 async def register(request: web.Request) -> web.Response:
     """POST apps/{app}: 204, which is what Java clients count as success."""
     app = params.app_name(request)
+    auth.may_act_on(request, app)
     document = await read_document(request, root="instance")
     now_ms = request.app[CLOCK].wall_ms()
     instance = instance_from_wire(document, now_ms=now_ms, expected_app=app)
@@ -35,7 +37,18 @@ async def register(request: web.Request) -> web.Response:
         # A registration carrying an override sets it (contract 6.2, step 5): how peers hand
         # one over. From a client's credential it would bypass the admin plane: not taken.
         instance = replace(instance, overridden_status=InstanceStatus.UNKNOWN)
-    request.app[REGISTRY].register(instance, now_ms=now_ms, is_replication=replication)
+    kept = request.app[REGISTRY].register(instance, now_ms=now_ms, is_replication=replication)
+    if kept.last_dirty_ms > instance.last_dirty_ms:
+        # Ours is newer: the registration changed nothing. Still 204, which stock clients
+        # need, but saying so to whoever looks (a client re-registering after another took
+        # its id with a later lastDirtyTimestamp finds out here).
+        return web.Response(
+            status=204,
+            headers={
+                REGISTRATION_HEADER: f"ignored: this registry holds a newer copy "
+                f"(lastDirtyTimestamp {kept.last_dirty_ms}, yours {instance.last_dirty_ms})"
+            },
+        )
     return web.Response(status=204)
 
 
@@ -46,7 +59,7 @@ def heartbeat_handler(registry: Registry, clock: Clock, skew_ms: int) -> Handler
     The hot path of the whole server: the handler is built with its registry and clock bound,
     so a request costs no application lookups, and it parses only what it uses.
     """
-    renew, wall_ms = registry.renew, clock.wall_ms
+    renew, wall_ms, may_act_on = registry.renew, clock.wall_ms, auth.may_act_on
 
     async def heartbeat(request: web.Request) -> web.Response:
         query = params.query_string(request)
@@ -59,8 +72,10 @@ def heartbeat_handler(registry: Registry, clock: Clock, skew_ms: int) -> Handler
         last_dirty_ms = params.last_dirty_ms(query)
         if last_dirty_ms is not None and last_dirty_ms - now_ms > skew_ms:
             wire.not_ahead(last_dirty_ms, "lastDirtyTimestamp", now_ms=now_ms, skew_ms=skew_ms)
+        app = match["app"].upper()
+        may_act_on(request, app)
         renew(  # StaleReplica: the error table answers 409 with our copy
-            match["app"].upper(), match["id"], now_ms, replication, last_dirty_ms, overridden
+            app, match["id"], now_ms, replication, last_dirty_ms, overridden
         )
         return web.Response()
 
@@ -71,6 +86,7 @@ async def cancel(request: web.Request) -> web.Response:
     """DELETE apps/{app}/{id}: the instance leaves; an admin's override on it stays, and the
     override's history says who cancelled it."""
     registry, app, iid = request.app[REGISTRY], params.app_name(request), request.match_info["id"]
+    auth.may_act_on(request, app)
     now_ms, replication = request.app[CLOCK].wall_ms(), params.is_replication(request)
     by = None if replication else auth.principal(request)
     registry.cancel(app, iid, now_ms=now_ms, is_replication=replication, by=by)

@@ -13,9 +13,10 @@ import pytest
 from aiohttp.test_utils import TestClient
 from structlog.testing import capture_logs
 
-from registry import Settings
+from registry import Settings, create_app
 from registry.http.auth import Credentials, Role
 from registry.model import InstanceStatus
+from registry.settings import SettingsError
 from tests.helpers import instance_doc, registry_of
 
 CLIENT_PW, ADMIN_PW, PEER_PW, TOKEN = "client-pw-1", "admin-pw-2", "peer-pw-3", "token-4"
@@ -304,3 +305,72 @@ async def test_the_status_pages_own_calls_pass(client):
     path = "/eureka/apps/ORDERS/i-1/status?value=OUT_OF_SERVICE"
     for browser in ({"Sec-Fetch-Site": "same-origin"}, {"Origin": origin}):
         assert 200 == (await client.put(path, headers={**AS_ADMIN, **browser})).status
+
+
+class TestCredentialsBoundToApplications:
+    """`client_applications`: a client credential bound to applications registers, renews and
+    cancels their instances only; an unbound one, any application's (as before)."""
+
+    @pytest.fixture
+    def settings(self) -> Settings:
+        return Settings(
+            client_credentials=("orders:o-pw", "billing:b-pw"),
+            admin_credentials=(f"ops:{ADMIN_PW}",),
+            client_applications=("orders=ORDERS|ORDERS-WORKER",),
+        )
+
+    @pytest.fixture
+    async def client(self, aiohttp_client, settings, clock) -> TestClient:
+        return await aiohttp_client(create_app(settings, clock=clock))
+
+    async def call(self, client, method: str, path: str, who: dict[str, str]) -> int:
+        body = None
+        if method == "POST":
+            app = path.rsplit("/", 1)[1]
+            body = orjson.dumps({"instance": instance_doc(app, f"{app.lower()}-1")})
+        headers = {**who, "Content-Type": "application/json"}
+        response = await client.request(method, f"/eureka/{path}", data=body, headers=headers)
+        return response.status
+
+    async def test_a_bound_credential_acts_on_its_applications_only(self, client):
+        orders, billing = basic("orders", "o-pw"), basic("billing", "b-pw")
+        assert 204 == await self.call(client, "POST", "apps/ORDERS", orders)
+        assert 204 == await self.call(client, "POST", "apps/orders-worker", orders)
+        assert 204 == await self.call(client, "POST", "apps/BILLING", billing)
+        assert 403 == await self.call(client, "POST", "apps/BILLING", orders)
+        assert 403 == await self.call(client, "PUT", "apps/BILLING/billing-1", orders)
+        assert 403 == await self.call(client, "DELETE", "apps/BILLING/billing-1", orders)
+        assert 200 == await self.call(client, "PUT", "apps/ORDERS/orders-1", orders)
+        # Unbound: any application, as the README says plainly; an admin: any too.
+        assert 200 == await self.call(client, "PUT", "apps/ORDERS/orders-1", billing)
+        assert 200 == await self.call(
+            client, "PUT", "apps/BILLING/billing-1", basic("ops", ADMIN_PW)
+        )
+        assert 200 == await self.call(client, "GET", "apps/BILLING", orders)  # reads: not bound
+        assert {"orders-1", "orders-worker-1", "billing-1"} == {
+            lease.instance.instance_id for lease in registry_of(client).leases()
+        }
+
+    @pytest.mark.parametrize(
+        ("entry", "says"),
+        [("nobody=ORDERS", "is the user of no client credential"), ("orders=", "not user=APP")],
+    )
+    def test_a_binding_must_name_a_client_user_and_applications(self, entry, says):
+        with pytest.raises(SettingsError, match=says):
+            Settings(client_credentials=("orders:pw",), client_applications=(entry,))
+
+
+async def test_a_registration_older_than_ours_says_it_was_ignored(client):
+    """Still 204 (stock clients need it), with a header saying ours was kept."""
+    doc = instance_doc("ORDERS", "i-9", lastDirtyTimestamp="1735689005000")
+    headers = {"Content-Type": "application/json", **AS_CLIENT}
+    first = await client.post(
+        "/eureka/apps/ORDERS", data=orjson.dumps({"instance": doc}), headers=headers
+    )
+    assert "X-Registry-Registration" not in first.headers
+    older = {**doc, "lastDirtyTimestamp": "1735689000000"}
+    response = await client.post(
+        "/eureka/apps/ORDERS", data=orjson.dumps({"instance": older}), headers=headers
+    )
+    assert 204 == response.status
+    assert response.headers["X-Registry-Registration"].startswith("ignored: this registry holds")
