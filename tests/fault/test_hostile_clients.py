@@ -267,3 +267,43 @@ async def test_registrations_that_never_renew_cannot_hold_eviction(fresh: str) -
             await asyncio.gather(*(renew(iid) for iid in honest))
             await asyncio.sleep(4)  # a little ahead of their interval, as clients are
         assert set(honest) < set(await listed())
+
+
+# Another service's instances ---------------------------------------------------------------------
+
+
+@pytest.fixture
+def bound(tmp_path: Path) -> Iterator[str]:
+    """A server whose two client credentials are bound to their applications."""
+    with _served(
+        tmp_path,
+        client_credentials="orders:o-pw,billing:b-pw",
+        client_applications="orders=ORDERS,billing=BILLING",
+    ) as url:
+        yield url
+
+
+async def test_a_bound_credential_cannot_cancel_or_take_another_services_instance(
+    bound: str,
+) -> None:
+    """With client_applications, billing's credential cannot cancel orders' instance, nor
+    register its id with another address and a lastDirtyTimestamp 290 s ahead (which pinned
+    the hijack before: the owner's re-registration was ignored, with 204)."""
+    eureka = bound + "/eureka/"
+    orders, billing = auth("orders:o-pw"), auth("billing:b-pw")
+    async with aiohttp.ClientSession() as session:
+        await until_ready(session, bound)
+        doc = {"instance": instance_doc("ORDERS", "o-1")}
+        async with session.post(eureka + "apps/ORDERS", json=doc, headers=orders) as r:
+            assert 204 == r.status
+        async with session.delete(eureka + "apps/ORDERS/o-1", headers=billing) as r:
+            assert 403 == r.status
+        ahead = str(int(time.time() * 1000) + 290_000)
+        hijack = {"instance": instance_doc("ORDERS", "o-1", ipAddr="10.6.6.6")}
+        hijack["instance"]["lastDirtyTimestamp"] = ahead
+        async with session.post(eureka + "apps/ORDERS", json=hijack, headers=billing) as r:
+            assert 403 == r.status
+        async with session.put(eureka + "apps/ORDERS/o-1", headers=orders) as r:
+            assert 200 == r.status
+        async with session.get(eureka + "apps/ORDERS/o-1", headers=JSON | orders) as r:
+            assert "10.0.0.5" == orjson.loads(await r.read())["instance"]["ipAddr"]
