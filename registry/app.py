@@ -30,6 +30,7 @@ from registry.appkeys import (
     LIFECYCLE,
     LIMITER,
     LOOP_LAG,
+    MEMORY,
     PAGES,
     PRESERVATION,
     REGISTRY,
@@ -53,6 +54,7 @@ from registry.http.status_page import PAGE_MAX_AGE
 from registry.journal import DeltaJournal
 from registry.lifecycle import Lifecycle, Phase
 from registry.loop_lag import LoopLag
+from registry.memory import MemoryGuard, watermark
 from registry.metrics import METRICS, InstanceCounts, collector_registry
 from registry.preservation import MINUTE, SelfPreservation
 from registry.ratelimit import FetchLimiter
@@ -132,6 +134,7 @@ def create_app(
     app[LOOP_LAG] = LoopLag()
     app[CONNECTIONS] = Connections(per_address=settings.max_connections_per_address)
     app[PAGES] = Recent(max_age=PAGE_MAX_AGE)
+    app[MEMORY] = MemoryGuard(0)  # its watermark is found as the app starts (_memory)
     app[LIMITER] = (
         FetchLimiter(rate=settings.fetch_rate_limit, burst=settings.fetch_burst)
         if settings.fetch_rate_limit
@@ -144,6 +147,7 @@ def create_app(
     app.on_shutdown.append(_drain)
     app.cleanup_ctx.append(_stopped)  # first, so that it ends last
     app.cleanup_ctx.append(_store)  # the registry is restored before anything runs
+    app.cleanup_ctx.append(_memory)
     app.cleanup_ctx.append(_override_expiry)
     app.cleanup_ctx.append(_evictor)
     app.cleanup_ctx.append(_journal_cleaner)
@@ -394,6 +398,19 @@ async def _store(app: web.Application) -> AsyncIterator[None]:
         await writer.close()  # what is owed is written first
     finally:
         os.close(held)
+
+
+async def _memory(app: web.Application) -> AsyncIterator[None]:
+    """The resident memory read every second, for the watermark (registry/memory.py)."""
+    guard = app[MEMORY]
+    guard.watermark = await asyncio.to_thread(watermark, app[SETTINGS].memory_watermark_mb)
+    if not guard.watermark:
+        yield
+        return
+    loops = Loops(app[CLOCK])
+    loops.every(1.0, lambda: asyncio.to_thread(guard.sample), name="memory")
+    yield
+    await loops.stop()
 
 
 async def _override_expiry(app: web.Application) -> AsyncIterator[None]:

@@ -16,6 +16,7 @@ from registry.feed import ChangeFeed
 from registry.journal import DeltaJournal
 from registry.lifecycle import Lifecycle
 from registry.loop_lag import LoopLag
+from registry.memory import MemoryGuard
 from registry.preservation import SelfPreservation
 from registry.ratelimit import FetchLimiter
 from registry.request_stats import RequestStats
@@ -45,3 +46,4 @@ REQUESTS = web.AppKey("requests", RequestStats)  # counts and latencies, for /me
 LOOP_LAG = web.AppKey("loop_lag", LoopLag)  # how late the event loop runs, for /metrics
 CONNECTIONS = web.AppKey("connections", Connections)  # open ones by client address, capped
 PAGES = web.AppKey("pages", Recent)  # the status page as lately rendered, by how it looks
+MEMORY = web.AppKey("memory", MemoryGuard)  # resident memory against its watermark

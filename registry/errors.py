@@ -17,6 +17,7 @@ RegistryError               500  a bug: never raised on purpose for bad input
 ├── StoreUnavailable        503  an override is in force but could not be written to disk yet
 ├── StaleReplica            409  a peer holds older data than ours; it gets our copy
 ├── LimitReached            403  a registration past max_applications or its application's cap
+├── MemoryFull              503  a new instance while memory is above its watermark
 └── RemovedHere             409  a peer's copy of an instance removed here after it
 
 An error may carry response headers (`headers`): the 401's challenge, the 429's Retry-After.
@@ -121,6 +122,13 @@ class StaleReplica(RegistryError):
 class LimitReached(RegistryError):
     """A client's registration of a new instance past `max_applications` or
     `max_instances_per_application`: memory is what a registry runs out of."""
+
+
+class MemoryFull(RegistryError):
+    """A client's registration of a new instance while the process's memory is above its
+    watermark (registry/memory.py): refused, for the clients to retry, rather than killed."""
+
+    headers = (("Retry-After", "30"),)
 
 
 class RemovedHere(RegistryError):

@@ -111,6 +111,9 @@ class Settings:
     # What clients may register (0: no cap), refused 403 limit_reached beyond
     max_applications: int = 10_000
     max_instances_per_application: int = 20_000
+    # Above this resident memory (MiB) clients' new instances get 503; 0: 90 % of the
+    # container's memory limit, or none without one (registry/memory.py)
+    memory_watermark_mb: int = 0
     # HTTP
     max_body_bytes: int = 1024 * 1024
     # Connections one client address may hold open at once (0: no cap); behind a reverse
@@ -169,6 +172,7 @@ class Settings:
             "max_connections_per_address",
             "max_applications",
             "max_instances_per_application",
+            "memory_watermark_mb",
         ):
             if getattr(self, key) < 0:
                 raise SettingsError(f"{key}: must not be negative")

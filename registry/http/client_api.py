@@ -6,11 +6,12 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 from msgspec.structs import replace
 
-from registry.appkeys import CLOCK, REGISTRY
+from registry.appkeys import CLOCK, MEMORY, REGISTRY
 from registry.clock import Clock
 from registry.codec import instance_from_wire, wire
 from registry.codec.wire import REGISTRATION_HEADER
 from registry.core import Registry
+from registry.errors import MemoryFull
 from registry.http import auth, params
 from registry.http.durability import committed
 from registry.http.negotiation import read_document
@@ -37,7 +38,17 @@ async def register(request: web.Request) -> web.Response:
         # A registration carrying an override sets it (contract 6.2, step 5): how peers hand
         # one over. From a client's credential it would bypass the admin plane: not taken.
         instance = replace(instance, overridden_status=InstanceStatus.UNKNOWN)
-    kept = request.app[REGISTRY].register(instance, now_ms=now_ms, is_replication=replication)
+    registry = request.app[REGISTRY]
+    if (
+        not replication
+        and request.app[MEMORY].full
+        and registry.instance_or_none(app, instance.instance_id, now_ms=now_ms) is None
+    ):
+        raise MemoryFull(
+            f"this node's memory is above its watermark ({request.app[MEMORY].watermark >> 20} "
+            "MiB): new instances are refused until it falls; register with another node"
+        )
+    kept = registry.register(instance, now_ms=now_ms, is_replication=replication)
     if kept.last_dirty_ms > instance.last_dirty_ms:
         # Ours is newer: the registration changed nothing. Still 204, which stock clients
         # need, but saying so to whoever looks (a client re-registering after another took

@@ -39,6 +39,7 @@ STATUS_FOR: dict[type, int] = {
     errors.NotServed: 403,
     errors.StaleReplica: 409,
     errors.LimitReached: 403,
+    errors.MemoryFull: 503,
     errors.RemovedHere: 409,
     errors.IndexExpired: 410,
     errors.StoreUnavailable: 503,
