@@ -32,6 +32,7 @@ from aiohttp.web_server import Server
 
 from registry.appkeys import CONNECTIONS, SETTINGS
 from registry.connections import Connections, raise_file_limit
+from registry.ratelimit import client_key
 
 log = structlog.get_logger()
 
@@ -126,8 +127,10 @@ class _Connection(RequestHandler):
     a request after one was answered: an idle keep-alive connection waits its own timeout),
     and its parser's refusals answered in JSON.
 
-    Reads two of aiohttp's attributes, `_request_count` (heads parsed) and
-    `_current_request` (a handler running); tests/test_serving.py fails if they change."""
+    An address is counted as the fetch limiter counts it (an IPv6 client by its /64). Reads
+    three of aiohttp's attributes, `_request_count` (heads parsed), `_current_request` (a
+    handler running) and `_messages` (heads waiting for one); tests/test_serving.py fails if
+    they change."""
 
     def __init__(self, manager: _Server, **kwargs: Any) -> None:
         super().__init__(manager, **kwargs)
@@ -139,7 +142,7 @@ class _Connection(RequestHandler):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
         peer = transport.get_extra_info("peername")
-        address = str(peer[0]) if peer else ""
+        address = client_key(str(peer[0]) if peer else None)
         if not self._connections.admit(address):
             transport.close()
             return

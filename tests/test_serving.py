@@ -163,7 +163,7 @@ class TestConnections:
         writer.close()
 
     def test_the_handler_still_has_what_the_connection_reads(self):
-        """`_Connection` reads two of aiohttp's attributes: a release that renames them must
+        """`_Connection` reads three of aiohttp's attributes: a release that renames them must
         fail here rather than leave connections without their deadline."""
         handler = RequestHandler.__new__(RequestHandler)
         for name in ("_request_count", "_current_request", "_messages"):
