@@ -11,6 +11,7 @@ from registry.clock import Clock
 from registry.codec import instance_from_wire, wire
 from registry.codec.wire import REGISTRATION_HEADER
 from registry.core import Registry
+from registry.credentials import Credentials
 from registry.errors import MemoryFull
 from registry.http import auth, params
 from registry.http.durability import committed
@@ -63,14 +64,16 @@ async def register(request: web.Request) -> web.Response:
     return web.Response(status=204)
 
 
-def heartbeat_handler(registry: Registry, clock: Clock, skew_ms: int) -> Handler:
+def heartbeat_handler(
+    registry: Registry, clock: Clock, skew_ms: int, credentials: Credentials | None
+) -> Handler:
     """PUT apps/{app}/{id}, the heartbeat, for `registry`. `status` is ignored, as in Eureka;
     a lastDirtyTimestamp more than `skew_ms` ahead of the clock is refused.
 
     The hot path of the whole server: the handler is built with its registry and clock bound,
     so a request costs no application lookups, and it parses only what it uses.
     """
-    renew, wall_ms, may_act_on = registry.renew, clock.wall_ms, auth.may_act_on
+    renew, wall_ms = registry.renew, clock.wall_ms
 
     async def heartbeat(request: web.Request) -> web.Response:
         query = params.query_string(request)
@@ -84,7 +87,8 @@ def heartbeat_handler(registry: Registry, clock: Clock, skew_ms: int) -> Handler
         if last_dirty_ms is not None and last_dirty_ms - now_ms > skew_ms:
             wire.not_ahead(last_dirty_ms, "lastDirtyTimestamp", now_ms=now_ms, skew_ms=skew_ms)
         app = match["app"].upper()
-        may_act_on(request, app)
+        if credentials is not None and credentials.applications:  # bound credentials: check
+            auth.may_act_on(request, app)
         renew(  # StaleReplica: the error table answers 409 with our copy
             app, match["id"], now_ms, replication, last_dirty_ms, overridden
         )

@@ -68,7 +68,7 @@ class Route:
 
 def _heartbeat(app: web.Application) -> Handler:
     skew_ms = int(app[SETTINGS].max_clock_skew * 1000)
-    return client_api.heartbeat_handler(app[REGISTRY], app[CLOCK], skew_ms)
+    return client_api.heartbeat_handler(app[REGISTRY], app[CLOCK], skew_ms, app[CREDENTIALS])
 
 
 def _openapi(app: web.Application) -> Handler:
