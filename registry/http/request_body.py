@@ -12,6 +12,7 @@ drains is raw bytes, and the one body that is inflated is the one a handler read
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import zlib
 
 from aiohttp import hdrs, web
@@ -23,7 +24,7 @@ from registry.errors import BadInput, BodyTooLarge, BodyTooSlow, UnsupportedMedi
 BODY_TIMEOUT = 10.0
 
 # Content-Encoding -> zlib's wbits: gzip; zlib's own format, as HTTP's "deflate" means; raw
-# deflate, which some clients send as "deflate" too (told apart by the first byte).
+# deflate, which some clients send as "deflate" too (tried when zlib's format fails).
 _GZIP, _ZLIB, _RAW = 31, 15, -15
 _ENCODINGS = {"gzip": _GZIP, "x-gzip": _GZIP, "deflate": _ZLIB}
 
@@ -56,13 +57,18 @@ async def read_body(request: web.Request) -> bytes:
 
 def _inflated(body: bytes, encoding: str, limit: int) -> bytes:
     wbits = _ENCODINGS[encoding]
-    if wbits == _ZLIB and body and body[0] & 0x0F != 8:  # no zlib header: raw deflate
-        wbits = _RAW
-    inflater = zlib.decompressobj(wbits)
     try:
-        inflated = inflater.decompress(body, limit + 1)  # one byte more tells "too large"
+        return _inflate(body, wbits, encoding, limit)
     except zlib.error as exc:
+        if wbits == _ZLIB:  # "deflate" sent without zlib's header, as some clients do
+            with contextlib.suppress(zlib.error):
+                return _inflate(body, _RAW, encoding, limit)
         raise BadInput("body", f"the body is not valid {encoding}: {exc}") from None
+
+
+def _inflate(body: bytes, wbits: int, encoding: str, limit: int) -> bytes:
+    inflater = zlib.decompressobj(wbits)
+    inflated = inflater.decompress(body, limit + 1)  # one byte more tells "too large"
     if len(inflated) > limit or inflater.unconsumed_tail:
         raise _too_large(limit, inflated=True)
     if not inflater.eof:
