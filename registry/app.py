@@ -33,6 +33,7 @@ from registry.appkeys import (
     MEMORY,
     PAGES,
     PRESERVATION,
+    QUOTAS,
     REGISTRY,
     REQUESTS,
     RESTORED,
@@ -57,6 +58,7 @@ from registry.loop_lag import LoopLag
 from registry.memory import MemoryGuard, watermark
 from registry.metrics import METRICS, InstanceCounts, collector_registry
 from registry.preservation import MINUTE, SelfPreservation
+from registry.quotas import CredentialQuotas
 from registry.ratelimit import FetchLimiter
 from registry.request_stats import RequestStats
 from registry.settings import Settings
@@ -135,6 +137,12 @@ def create_app(
     app[CONNECTIONS] = Connections(per_address=settings.max_connections_per_address)
     app[PAGES] = Recent(max_age=PAGE_MAX_AGE)
     app[MEMORY] = MemoryGuard(0)  # its watermark is found as the app starts (_memory)
+    app[QUOTAS] = None
+    if settings.max_instances_per_credential:
+        quotas = app[QUOTAS] = CredentialQuotas(
+            per_credential=settings.max_instances_per_credential
+        )
+        registry.subscribe(quotas.on_change)
     app[LIMITER] = (
         FetchLimiter(rate=settings.fetch_rate_limit, burst=settings.fetch_burst)
         if settings.fetch_rate_limit

@@ -18,6 +18,7 @@ from registry.lifecycle import Lifecycle
 from registry.loop_lag import LoopLag
 from registry.memory import MemoryGuard
 from registry.preservation import SelfPreservation
+from registry.quotas import CredentialQuotas
 from registry.ratelimit import FetchLimiter
 from registry.request_stats import RequestStats
 from registry.settings import Settings
@@ -47,3 +48,5 @@ LOOP_LAG = web.AppKey("loop_lag", LoopLag)  # how late the event loop runs, for 
 CONNECTIONS = web.AppKey("connections", Connections)  # open ones by client address, capped
 PAGES = web.AppKey("pages", Recent)  # the status page as lately rendered, by how it looks
 MEMORY = web.AppKey("memory", MemoryGuard)  # resident memory against its watermark
+# Instances by the client credential that registered them; None without a cap
+QUOTAS: web.AppKey[CredentialQuotas | None] = web.AppKey("quotas")

@@ -111,6 +111,7 @@ class Settings:
     # What clients may register (0: no cap), refused 403 limit_reached beyond
     max_applications: int = 10_000
     max_instances_per_application: int = 20_000
+    max_instances_per_credential: int = 0  # new instances one client user may hold; 0: no cap
     # Above this resident memory (MiB) clients' new instances get 503; 0: 90 % of the
     # container's memory limit, or none without one (registry/memory.py)
     memory_watermark_mb: int = 0
@@ -172,6 +173,7 @@ class Settings:
             "max_connections_per_address",
             "max_applications",
             "max_instances_per_application",
+            "max_instances_per_credential",
             "memory_watermark_mb",
         ):
             if getattr(self, key) < 0:

@@ -112,15 +112,21 @@ def may_act_on(request: web.Request, app: str) -> None:
     credentials = request.app[CREDENTIALS]
     if credentials is None or not credentials.applications:
         return
-    if request.get(ROLES, Role.NONE) & (Role.ADMIN | Role.PEER):
-        return
-    user = request.get(PRINCIPAL)
+    user = client_user(request)
     apps = credentials.applications.get(user) if user is not None else None
     if apps is not None and app not in apps:
         raise Forbidden(
             f"the client credential {user!r} acts on instances of {', '.join(sorted(apps))} "
             f"only, not of {app} (client_applications)"
         )
+
+
+def client_user(request: web.Request) -> str | None:
+    """The user of the client credential this request came with; None for an admin's or a
+    peer's, or when no credentials are configured."""
+    if request.get(ROLES, Role.NONE) & (Role.ADMIN | Role.PEER):
+        return None
+    return request.get(PRINCIPAL)
 
 
 def principal(request: web.Request) -> str | None:

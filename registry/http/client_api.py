@@ -6,7 +6,7 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 from msgspec.structs import replace
 
-from registry.appkeys import CLOCK, MEMORY, REGISTRY
+from registry.appkeys import CLOCK, MEMORY, QUOTAS, REGISTRY
 from registry.clock import Clock
 from registry.codec import instance_from_wire, wire
 from registry.codec.wire import REGISTRATION_HEADER
@@ -49,7 +49,12 @@ async def register(request: web.Request) -> web.Response:
             f"this node's memory is above its watermark ({request.app[MEMORY].watermark >> 20} "
             "MiB): new instances are refused until it falls; register with another node"
         )
+    quotas, user = request.app[QUOTAS], auth.client_user(request)
+    if quotas is not None and user is not None and not replication:
+        quotas.admit(user, app, instance.instance_id)
     kept = registry.register(instance, now_ms=now_ms, is_replication=replication)
+    if quotas is not None and user is not None and not replication:
+        quotas.registered(user, app, instance.instance_id)
     if kept.last_dirty_ms > instance.last_dirty_ms:
         # Ours is newer: the registration changed nothing. Still 204, which stock clients
         # need, but saying so to whoever looks (a client re-registering after another took

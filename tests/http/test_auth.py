@@ -374,3 +374,34 @@ async def test_a_registration_older_than_ours_says_it_was_ignored(client):
     )
     assert 204 == response.status
     assert response.headers["X-Registry-Registration"].startswith("ignored: this registry holds")
+
+
+class TestInstancesPerCredential:
+    """max_instances_per_credential: one client user's new instances at most; registering
+    again is not counted twice, and an instance that goes frees its place."""
+
+    @pytest.fixture
+    def settings(self) -> Settings:
+        return Settings(
+            client_credentials=("orders:o-pw", "billing:b-pw"),
+            admin_credentials=(f"ops:{ADMIN_PW}",),
+            max_instances_per_credential=2,
+        )
+
+    @pytest.fixture
+    async def client(self, aiohttp_client, settings, clock) -> TestClient:
+        return await aiohttp_client(create_app(settings, clock=clock))
+
+    async def register(self, client, iid: str, who: dict[str, str]) -> int:
+        body = orjson.dumps({"instance": instance_doc("ORDERS", iid)})
+        response = await client.post("/eureka/apps/ORDERS", data=body, headers=_json(who))
+        return response.status
+
+    async def test_a_credential_holds_its_quota_and_no_more(self, client):
+        orders = basic("orders", "o-pw")
+        assert [204, 204, 204] == [await self.register(client, i, orders) for i in ("a", "b", "a")]
+        assert 403 == await self.register(client, "c", orders)
+        assert 204 == await self.register(client, "c", basic("billing", "b-pw"))  # its own
+        assert 204 == await self.register(client, "d", basic("ops", ADMIN_PW))  # admins: no cap
+        assert 200 == (await client.delete("/eureka/apps/ORDERS/a", headers=orders)).status
+        assert 204 == await self.register(client, "e", orders)  # a's place, freed
