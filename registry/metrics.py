@@ -30,6 +30,7 @@ from registry.appkeys import (
     JOURNAL,
     LIMITER,
     LOOP_LAG,
+    MEMORY,
     PRESERVATION,
     REGISTRY,
     REQUESTS,
@@ -134,6 +135,15 @@ class RegistryCollector(Collector):
             "registry_request_heads_timed_out",
             "Connections closed for sending no request head in time",
             connections.timed_out,
+        )
+        memory = app[MEMORY]
+        yield _gauge(
+            "registry_memory_resident_bytes", "Resident memory, as last read", memory.resident
+        )
+        yield _gauge(
+            "registry_memory_watermark_bytes",
+            "Above it clients' new instances are refused (0: no watermark)",
+            memory.watermark,
         )
         yield from app[REQUESTS].collect()
         yield from _loop_lag(app)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from registry import Settings
 from registry.appkeys import MEMORY
@@ -35,3 +36,17 @@ def test_the_resident_memory_is_read_and_the_watermark_set():
     assert abs(guard.resident - resident_bytes()) < 64 << 20
     assert 10 << 20 < guard.resident  # a Python process with the registry loaded
     assert (64 << 20) == guard.watermark
+
+
+async def test_the_watermark_and_the_reading_are_in_the_metrics(client):
+    client.app[MEMORY].resident = 5 << 20
+    metrics = await (await client.get("/metrics")).text()
+    values = {
+        family.name: family.samples[0].value
+        for family in text_string_to_metric_families(metrics)
+        if family.name.startswith("registry_memory")
+    }
+    assert {
+        "registry_memory_watermark_bytes": 64 << 20,
+        "registry_memory_resident_bytes": 5 << 20,
+    } == values
