@@ -181,6 +181,45 @@ async def test_fat_registrations_are_refused_and_cost_little(server: Server) -> 
     assert before == await server.registry()
 
 
+# Reads -------------------------------------------------------------------------------------------
+
+
+async def test_a_page_flood_leaves_heartbeats_alone(server: Server) -> None:
+    """Four clients reloading the status page for 3 s with 2 000 instances registered (sent
+    as a peer's batches): the page is rendered once per 2 s for all of them, and the
+    heartbeats go on (before: each reload rendered the whole registry; four clients at
+    20 000 instances took a core)."""
+    items = [
+        {
+            "action": "Register",
+            "appName": "FLOOD",
+            "id": f"f-{n}",
+            "instanceInfo": instance_doc("FLOOD", f"f-{n}"),
+        }
+        for n in range(2_000)
+    ]
+    peer = auth(PEER) | {"Content-Type": "application/json"}
+    for start in range(0, len(items), 1_000):
+        body = orjson.dumps({"replicationList": items[start : start + 1_000]})
+        async with server.session.post(
+            server.eureka + "peerreplication/batch", data=body, headers=peer
+        ) as r:
+            assert 200 == r.status
+
+    async def reload_for(seconds: float) -> int:
+        pages, until = 0, time.monotonic() + seconds
+        while time.monotonic() < until:
+            async with server.session.get(server.base + "/", headers=auth(CLIENT)) as r:
+                assert 200 == r.status
+                await r.read()
+            pages += 1
+        return pages
+
+    pages, longest = await server.probed(asyncio.gather(*(reload_for(3) for _ in range(4))))
+    assert sum(pages) > 20
+    assert longest < PROBE_BOUND, longest
+
+
 # Connections -----------------------------------------------------------------------------------
 
 
