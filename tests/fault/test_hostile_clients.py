@@ -39,10 +39,34 @@ def auth(credential: str) -> dict[str, str]:
 
 
 class Server:
-    def __init__(self, base: str, session: aiohttp.ClientSession) -> None:
+    """A server under attack, with a probe instance (`app`/p-1) its `credential` heartbeats."""
+
+    def __init__(
+        self,
+        base: str,
+        session: aiohttp.ClientSession,
+        credential: str = CLIENT,
+        app: str = "PROBE",
+    ) -> None:
         self.base = base
         self.eureka = base + "/eureka/"
         self.session = session
+        self.credential = credential
+        self.app = app
+
+    @classmethod
+    @contextlib.asynccontextmanager
+    async def probing(
+        cls, base: str, credential: str = CLIENT, app: str = "PROBE"
+    ) -> AsyncIterator[Server]:
+        """A session on `base`, once it is ready, with the probe instance registered."""
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
+            await until_ready(session, base)
+            doc = {"instance": instance_doc(app, "p-1")}
+            url, headers = f"{base}/eureka/apps/{app}", auth(credential)
+            async with session.post(url, json=doc, headers=headers) as r:
+                assert 204 == r.status
+            yield cls(base, session, credential, app)
 
     async def probed(self, attack: Awaitable[Any]) -> tuple[Any, float]:
         """What `attack` returned, and the longest heartbeat round trip (s) while it ran."""
@@ -51,7 +75,7 @@ class Server:
 
         async def probe() -> None:
             nonlocal longest
-            url, headers = self.eureka + "apps/PROBE/p-1", auth(CLIENT)
+            url, headers = self.eureka + f"apps/{self.app}/p-1", auth(self.credential)
             while not done.is_set():
                 started = time.perf_counter()
                 async with self.session.put(url, headers=headers) as response:
@@ -105,12 +129,8 @@ def base(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 @pytest.fixture
 async def server(base: str) -> AsyncIterator[Server]:
-    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
-        await until_ready(session, base)
-        doc = {"instance": instance_doc("PROBE", "p-1")}
-        async with session.post(base + "/eureka/apps/PROBE", json=doc, headers=auth(CLIENT)) as r:
-            assert 204 == r.status
-        yield Server(base, session)
+    async with Server.probing(base) as server:
+        yield server
 
 
 # Compressed bodies ---------------------------------------------------------------------------
@@ -271,7 +291,8 @@ async def test_registrations_that_never_renew_cannot_hold_eviction(fresh: str) -
     twenty registrations asking for a renewal a second and a lease of 68 years, never
     renewed. The dead instance is evicted once the first minute's renewals are counted, and
     the twenty show leases of an hour (before: the twenty raised the expected renewals to
-    1 200 a minute, eviction was held, and the dead instance was served UP for good)."""
+    1 200 a minute, eviction was held, and the dead instance was served UP for good). No probe
+    here: its renewals would count in the minute self-preservation judges."""
     eureka, headers = fresh + "/eureka/", auth(CLIENT)
     async with aiohttp.ClientSession(headers=headers) as session:
         await until_ready(session, fresh)
@@ -327,22 +348,25 @@ async def test_a_bound_credential_cannot_cancel_or_take_another_services_instanc
 ) -> None:
     """With client_applications, billing's credential cannot cancel orders' instance, nor
     register its id with another address and a lastDirtyTimestamp 290 s ahead (which pinned
-    the hijack before: the owner's re-registration was ignored, with 204)."""
-    eureka = bound + "/eureka/"
+    the hijack before: the owner's re-registration was ignored, with 204); orders' own probe
+    heartbeats on meanwhile."""
     orders, billing = auth("orders:o-pw"), auth("billing:b-pw")
-    async with aiohttp.ClientSession() as session:
-        await until_ready(session, bound)
-        doc = {"instance": instance_doc("ORDERS", "o-1")}
-        async with session.post(eureka + "apps/ORDERS", json=doc, headers=orders) as r:
-            assert 204 == r.status
-        async with session.delete(eureka + "apps/ORDERS/o-1", headers=billing) as r:
-            assert 403 == r.status
-        ahead = str(int(time.time() * 1000) + 290_000)
-        hijack = {"instance": instance_doc("ORDERS", "o-1", ipAddr="10.6.6.6")}
-        hijack["instance"]["lastDirtyTimestamp"] = ahead
-        async with session.post(eureka + "apps/ORDERS", json=hijack, headers=billing) as r:
-            assert 403 == r.status
-        async with session.put(eureka + "apps/ORDERS/o-1", headers=orders) as r:
-            assert 200 == r.status
-        async with session.get(eureka + "apps/ORDERS/o-1", headers=JSON | orders) as r:
+    async with Server.probing(bound, "orders:o-pw", "ORDERS") as server:
+        session, eureka = server.session, server.eureka
+
+        async def attack() -> list[int]:
+            statuses = []
+            async with session.delete(eureka + "apps/ORDERS/p-1", headers=billing) as r:
+                statuses.append(r.status)
+            ahead = str(int(time.time() * 1000) + 290_000)
+            hijack = {"instance": instance_doc("ORDERS", "p-1", ipAddr="10.6.6.6")}
+            hijack["instance"]["lastDirtyTimestamp"] = ahead
+            async with session.post(eureka + "apps/ORDERS", json=hijack, headers=billing) as r:
+                statuses.append(r.status)
+            return statuses
+
+        statuses, longest = await server.probed(attack())
+        assert [403, 403] == statuses
+        assert longest < PROBE_BOUND, longest
+        async with session.get(eureka + "apps/ORDERS/p-1", headers=JSON | orders) as r:
             assert "10.0.0.5" == orjson.loads(await r.read())["instance"]["ipAddr"]
