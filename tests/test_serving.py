@@ -137,7 +137,7 @@ class TestConnections:
         counted = app[CONNECTIONS]
         await eventually(lambda: (counted.total, counted.refused), lambda n: n == (3, 1))
         held[0][1].close()
-        await asyncio.sleep(0.1)
+        await eventually(lambda: counted.total, lambda n: n == 2)
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
         assert b"HTTP/1.1 200 OK" == await status_on(reader, writer)  # room again
         for _, w in [*held[1:], (reader, writer)]:
