@@ -70,6 +70,7 @@ async def registry(
             "REGISTRY_LOG_FORMAT": "json",
             "REGISTRY_DATA_DIR": data_dir,  # each server's store its own, gone afterwards
             "REGISTRY_FETCH_RATE_LIMIT": "0",  # the load comes from one address, on purpose
+            "REGISTRY_MAX_CONNECTIONS_PER_ADDRESS": "0",  # and so do its thousand connections
             **{f"REGISTRY_{key.upper()}": str(value) for key, value in settings.items()},
         }
         command = [sys.executable, "-m", "registry", "serve", "--port", str(port)]

@@ -146,6 +146,18 @@ async def _answer(reader: asyncio.StreamReader) -> int:
 # The probe ----------------------------------------------------------------------------------
 
 
+async def _warm(
+    host: str | None, port: int | None, netloc: str
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """A connection that has made one request (`/healthz`): an idle kept-alive connection,
+    which the server keeps, where one that never sent a request is closed at the server's
+    request_head_timeout."""
+    reader, writer = await asyncio.open_connection(host, port)
+    writer.write(f"GET /healthz HTTP/1.1\r\nHost: {netloc}\r\n\r\n".encode())
+    await _answer(reader)
+    return reader, writer
+
+
 async def probe(spec: dict[str, Any]) -> dict[str, Any]:
     """The probing process: a heartbeat every PROBE_INTERVAL until `end`, over the instances in
     turn, each timed from when it fell due, whether or not the ones before had their answers.
@@ -161,10 +173,7 @@ async def probe(spec: dict[str, Any]) -> dict[str, Any]:
     for _ in range(0, PROBE_CONNECTIONS, CONNECT_BATCH):  # within the server's listen queue
         idle.extend(
             await asyncio.gather(
-                *(
-                    asyncio.open_connection(target.hostname, target.port)
-                    for _ in range(CONNECT_BATCH)
-                )
+                *(_warm(target.hostname, target.port, target.netloc) for _ in range(CONNECT_BATCH))
             )
         )
     due: list[float] = []  # seconds into the run
