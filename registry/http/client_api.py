@@ -39,15 +39,15 @@ async def register(request: web.Request) -> web.Response:
         # A registration carrying an override sets it (contract 6.2, step 5): how peers hand
         # one over. From a client's credential it would bypass the admin plane: not taken.
         instance = replace(instance, overridden_status=InstanceStatus.UNKNOWN)
-    registry = request.app[REGISTRY]
+    registry, memory = request.app[REGISTRY], request.app[MEMORY]
     if (
         not replication
-        and request.app[MEMORY].full
+        and memory.full
         and registry.instance_or_none(app, instance.instance_id, now_ms=now_ms) is None
     ):
         raise MemoryFull(
-            f"this node's memory is above its watermark ({request.app[MEMORY].watermark >> 20} "
-            "MiB): new instances are refused until it falls; register with another node"
+            f"this node's memory is above its watermark ({memory.watermark >> 20} MiB): new "
+            "instances are refused until it falls; register with another node"
         )
     quotas, user = request.app[QUOTAS], auth.client_user(request)
     if quotas is not None and user is not None and not replication:

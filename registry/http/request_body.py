@@ -42,8 +42,11 @@ async def read_body(request: web.Request) -> bytes:
     if request.content_length is not None and request.content_length > limit:
         raise _too_large(limit)  # at once: not after waiting for what was announced
     try:
-        async with asyncio.timeout(BODY_TIMEOUT):
+        if request.content.is_eof():  # all here already (a stock client's body, mostly): no timer
             body = await request.read()
+        else:
+            async with asyncio.timeout(BODY_TIMEOUT):
+                body = await request.read()
     except web.HTTPRequestEntityTooLarge:
         raise _too_large(limit) from None
     except TimeoutError:
