@@ -3,7 +3,7 @@
 Every `anti_entropy_interval`, at once when a peer that could not be reached answers again,
 and at once after a restart from the store, this node asks each peer for its digests and, for
 the applications whose digest differs from ours, fetches the peer's instances and the removals
-it remembers, taking what wins by the rule of registry/tombstones.py (see `peers.merge`). The
+it remembers, taking what wins by the rule of registry/core/tombstones.py (see `peers.merge`). The
 digest answer also lists the peer's overrides and override removals, of which the later ones
 are taken. Each side pulls, so a lost batch converges within one interval, and a healed
 partition or a restarted node within seconds, without waiting for heartbeats. A round repairs
@@ -19,12 +19,12 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 import structlog
 
 from peers import merge
-from peers.client import PeerClient, PeerError, PeerRefused, PeerSyncing, PeerUnavailable
 from peers.digest import Digests
-from registry.clock import Clock
-from registry.core import Registry
+from peers.transport import PeerClient, PeerError, PeerRefused, PeerSyncing, PeerUnavailable
+from registry.common.clock import Clock
+from registry.common.tasks import Pacer, wait_set
+from registry.core.registry import Registry
 from registry.lifecycle import Lifecycle
-from registry.tasks import Pacer, wait_set
 
 log = structlog.get_logger()
 

@@ -16,12 +16,12 @@ from urllib.parse import urlsplit
 import aiohttp
 import structlog
 
-from peers.client import PeerClient, new_session
 from peers.dispatcher import Dispatcher
 from peers.pending import Task
-from registry.clock import Clock
-from registry.core import Registry
-from registry.model import InstanceStatus, ReplicationAction
+from peers.transport import PeerClient, new_session
+from registry.common.clock import Clock
+from registry.core.model import InstanceStatus, ReplicationAction
+from registry.core.registry import Registry
 from registry.settings import Settings
 
 log = structlog.get_logger()

@@ -16,10 +16,10 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable
 
-from registry.core import Registry
-from registry.model import ChangeEvent, LeaseRecord
-from registry.tasks import Pacer
-from registry.tombstones import Tombstone
+from registry.common.tasks import Pacer
+from registry.core.model import ChangeEvent, LeaseRecord
+from registry.core.registry import Registry
+from registry.core.tombstones import Tombstone
 
 
 class Digests:

@@ -28,16 +28,16 @@ from typing import Any
 import structlog
 
 from peers import items
-from peers.client import PeerClient, PeerRefused, PeerUnavailable
 from peers.pending import PendingTasks, Task
-from registry.clock import Clock
+from peers.transport import PeerClient, PeerRefused, PeerUnavailable
 from registry.codec import instance_from_wire, wire
-from registry.core import Registry
+from registry.common.clock import Clock
+from registry.common.tasks import wait_set
+from registry.core.model import ReplicationAction
+from registry.core.registry import Registry
+from registry.core.tombstones import Tombstone
 from registry.errors import BadInput
-from registry.model import ReplicationAction
 from registry.settings import Settings
-from registry.tasks import wait_set
-from registry.tombstones import Tombstone
 
 log = structlog.get_logger()
 
@@ -245,7 +245,7 @@ class Dispatcher:
 
     def _bury(self, task: Task, answer: dict[str, Any]) -> None:
         """The peer removed the instance after the copy we sent: remove ours too, unless it
-        has won over that removal since (registry/tombstones.py)."""
+        has won over that removal since (registry/core/tombstones.py)."""
         try:
             dirty_ms = wire.timestamp(answer.get("lastDirtyTimestamp"), "lastDirtyTimestamp")
             at_ms = wire.timestamp(answer.get("removedAt"), "removedAt")

@@ -19,10 +19,11 @@ import orjson
 
 from peers.pending import Task
 from registry.codec import json_codec
-from registry.core import Registry
+from registry.codec.notes import note_fields
+from registry.core.model import InstanceStatus, ReplicationAction
+from registry.core.overrides import Note
+from registry.core.registry import Registry
 from registry.errors import UnknownInstance
-from registry.model import InstanceStatus, ReplicationAction
-from registry.overrides import Note, note_fields
 
 _A = ReplicationAction
 
@@ -62,7 +63,7 @@ def encode(task: Task, registry: Registry, *, now_ms: int) -> dict[str, Any] | N
             item["instanceInfo"] = json_codec.instance_dict(lease)
     elif task.action is _A.CANCEL:
         # What was removed and when, so that the peer keeps a copy of its own that is newer,
-        # and remembers the removal (registry/tombstones.py). None: registered again since.
+        # and remembers the removal (registry/core/tombstones.py). None: registered again since.
         removal = registry.tombstones.get(task.app, task.instance_id)
         if removal is not None:
             item["lastDirtyTimestamp"] = removal.dirty_ms

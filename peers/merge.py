@@ -1,7 +1,7 @@
 """Taking what a peer holds: its removals, then its copies (start-up sync and anti-entropy).
 
 The peer's removals come first: each removes our copy unless the copy wins over it, and is
-remembered (registry/tombstones.py, where the rule is). Then a peer's copy is adopted when its
+remembered (registry/core/tombstones.py, where the rule is). Then a peer's copy is adopted when its
 lease is still alive there and ours is missing (unless a removal we remember wins over it),
 or when it is newer by lastDirtyTimestamp. At the same lastDirtyTimestamp a copy is not taken
 for its override: overrides are decided apart, by when the admins set or removed them
@@ -21,11 +21,11 @@ from typing import Any
 import structlog
 
 from registry.codec import instance_from_wire, wire
-from registry.core import Registry
+from registry.codec.notes import notes_from_document, removals_from_document
+from registry.core.model import InstanceInfo, InstanceStatus, Lease
+from registry.core.registry import Registry
+from registry.core.tombstones import Tombstone
 from registry.errors import BadInput, UnknownInstance
-from registry.model import InstanceInfo, InstanceStatus, Lease
-from registry.overrides import notes_from_document, removals_from_document
-from registry.tombstones import Tombstone
 
 log = structlog.get_logger()
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from itertools import islice
 
-from registry.model import InstanceInfo, InstanceStatus, ReplicationAction
+from registry.core.model import InstanceInfo, InstanceStatus, ReplicationAction
 
 _A = ReplicationAction
 Key = tuple[ReplicationAction, str, str]

@@ -14,9 +14,7 @@ from aiohttp import web
 from peers.anti_entropy import anti_entropy_forever
 from peers.cluster import Cluster
 from peers.digest import Digests
-from peers.sync import sync_at_start
-from registry import heap
-from registry.activity import Activity
+from peers.startup_sync import sync_at_start
 from registry.appkeys import (
     CACHE,
     CATALOG,
@@ -31,6 +29,7 @@ from registry.appkeys import (
     LIMITER,
     LOOP_LAG,
     MEMORY,
+    METRICS,
     PAGES,
     PRESERVATION,
     QUOTAS,
@@ -41,32 +40,34 @@ from registry.appkeys import (
     STARTED_AT,
     WRITER,
 )
-from registry.cache import Recent, ResponseCache
-from registry.catalog import Catalog
-from registry.clock import Clock, SystemClock
 from registry.codec import Format
-from registry.connections import Connections
-from registry.core import Registry
-from registry.credentials import Credentials
-from registry.eviction import Evictor
-from registry.feed import KEEPALIVE, ChangeFeed
-from registry.http import add_routes
+from registry.common.clock import Clock, SystemClock
+from registry.common.tasks import SLICE, Loops, Pacer
+from registry.core.eviction import Evictor
+from registry.core.preservation import MINUTE, SelfPreservation
+from registry.core.quotas import CredentialQuotas
+from registry.core.registry import Registry
+from registry.health import heap
+from registry.health.activity import Activity
+from registry.health.loop_lag import LoopLag
+from registry.health.memory import MemoryGuard, watermark
+from registry.health.request_stats import RequestStats
+from registry.http.connections import Connections
+from registry.http.credentials import Credentials
+from registry.http.metrics_api import InstanceCounts, collector_registry
+from registry.http.ratelimit import FetchLimiter
+from registry.http.routes import add_routes
 from registry.http.status_page import PAGE_MAX_AGE
-from registry.journal import DeltaJournal
 from registry.lifecycle import Lifecycle, Phase
-from registry.loop_lag import LoopLag
-from registry.memory import MemoryGuard, watermark
-from registry.metrics import METRICS, InstanceCounts, collector_registry
-from registry.preservation import MINUTE, SelfPreservation
-from registry.quotas import CredentialQuotas
-from registry.ratelimit import FetchLimiter
-from registry.request_stats import RequestStats
+from registry.reads.cache import Recent, ResponseCache
+from registry.reads.catalog import Catalog
+from registry.reads.feed import KEEPALIVE, ChangeFeed
+from registry.reads.journal import DeltaJournal
 from registry.settings import Settings
 from registry.store.lock import lock_data_dir
 from registry.store.restore import restore, restore_missing
 from registry.store.sqlite import Snapshot
 from registry.store.writer import InstanceKey, StoreWriter
-from registry.tasks import SLICE, Loops, Pacer
 
 __all__ = ["CACHE", "CLOCK", "JOURNAL", "REGISTRY", "SETTINGS", "create_app"]
 
@@ -189,7 +190,7 @@ async def _activity(app: web.Application) -> AsyncIterator[None]:
 
 
 async def _heap(app: web.Application) -> AsyncIterator[None]:
-    """Set the long-lived registry aside from full garbage collections (registry/heap.py):
+    """Set the long-lived registry aside from full garbage collections (registry/health/heap.py):
     once restored, then every `gc_freeze_interval`."""
     interval = app[SETTINGS].gc_freeze_interval
     if not interval:
@@ -409,7 +410,7 @@ async def _store(app: web.Application) -> AsyncIterator[None]:
 
 
 async def _memory(app: web.Application) -> AsyncIterator[None]:
-    """The resident memory read every second, for the watermark (registry/memory.py)."""
+    """The resident memory read every second, for the watermark (registry/health/memory.py)."""
     guard = app[MEMORY]
     guard.watermark = await asyncio.to_thread(watermark, app[SETTINGS].memory_watermark_mb)
     if not guard.watermark:

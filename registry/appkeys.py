@@ -3,24 +3,25 @@
 from __future__ import annotations
 
 from aiohttp import web
+from prometheus_client import CollectorRegistry
 
 from peers.cluster import Cluster
 from peers.digest import Digests
-from registry.cache import Recent, ResponseCache
-from registry.catalog import Catalog
-from registry.clock import Clock
-from registry.connections import Connections
-from registry.core import Registry
-from registry.credentials import Credentials
-from registry.feed import ChangeFeed
-from registry.journal import DeltaJournal
+from registry.common.clock import Clock
+from registry.core.preservation import SelfPreservation
+from registry.core.quotas import CredentialQuotas
+from registry.core.registry import Registry
+from registry.health.loop_lag import LoopLag
+from registry.health.memory import MemoryGuard
+from registry.health.request_stats import RequestStats
+from registry.http.connections import Connections
+from registry.http.credentials import Credentials
+from registry.http.ratelimit import FetchLimiter
 from registry.lifecycle import Lifecycle
-from registry.loop_lag import LoopLag
-from registry.memory import MemoryGuard
-from registry.preservation import SelfPreservation
-from registry.quotas import CredentialQuotas
-from registry.ratelimit import FetchLimiter
-from registry.request_stats import RequestStats
+from registry.reads.cache import Recent, ResponseCache
+from registry.reads.catalog import Catalog
+from registry.reads.feed import ChangeFeed
+from registry.reads.journal import DeltaJournal
 from registry.settings import Settings
 from registry.store.writer import StoreWriter
 
@@ -50,3 +51,4 @@ PAGES = web.AppKey("pages", Recent)  # the status page as lately rendered, by ho
 MEMORY = web.AppKey("memory", MemoryGuard)  # resident memory against its watermark
 # Instances by the client credential that registered them; None without a cap
 QUOTAS: web.AppKey[CredentialQuotas | None] = web.AppKey("quotas")
+METRICS = web.AppKey("metrics", CollectorRegistry)  # this app's own Prometheus registry

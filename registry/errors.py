@@ -30,8 +30,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from registry.model import Lease
-    from registry.tombstones import Tombstone
+    from registry.core.model import Lease
+    from registry.core.tombstones import Tombstone
 
 
 class RegistryError(Exception):
@@ -126,13 +126,14 @@ class LimitReached(RegistryError):
 
 class MemoryFull(RegistryError):
     """A client's registration of a new instance while the process's memory is above its
-    watermark (registry/memory.py): refused, for the clients to retry, rather than killed."""
+    watermark (registry/health/memory.py): refused, for the clients to retry, rather than killed."""
 
     headers = (("Retry-After", "30"),)
 
 
 class RemovedHere(RegistryError):
-    """A peer's copy loses to this node's newer removal of the instance (registry.tombstones)."""
+    """A peer's copy loses to this node's newer removal of the instance
+    (registry/core/tombstones.py)."""
 
     def __init__(self, removal: Tombstone) -> None:
         super().__init__(

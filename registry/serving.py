@@ -31,8 +31,8 @@ from aiohttp.web_request import BaseRequest
 from aiohttp.web_server import Server
 
 from registry.appkeys import CONNECTIONS, SETTINGS
-from registry.connections import Connections, raise_file_limit
-from registry.ratelimit import client_key
+from registry.http.connections import Connections, raise_file_limit
+from registry.http.ratelimit import client_key
 
 log = structlog.get_logger()
 
@@ -96,7 +96,7 @@ async def _start(runner: web.AppRunner, host: str, port: int, backlog: int) -> N
 
 class Runner(web.AppRunner):
     """aiohttp's runner, whose connections are counted and capped by client address, must send
-    a request head in time (registry/connections.py), have what aiohttp's parser refuses
+    a request head in time (registry/http/connections.py), have what aiohttp's parser refuses
     answered in JSON, and have their handlers cancelled when their clients go."""
 
     def __init__(self, app: web.Application, **kwargs: Any) -> None:

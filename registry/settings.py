@@ -66,7 +66,7 @@ class Settings:
     delta_retention: float = 3 * MINUTES
     delta_cleanup_interval: float = 30 * SECONDS
     activity_log_interval: float = 60 * SECONDS
-    gc_freeze_interval: float = 1 * SECONDS  # 0: never set objects aside (registry/heap.py)
+    gc_freeze_interval: float = 1 * SECONDS  # 0: never set objects aside (registry/health/heap.py)
     # Fetch documents are rebuilt on every change, and at the latest after this long
     response_cache_max_age: float = 30 * SECONDS
     # Eureka's read-only layer: reads lag writes by up to the update interval
@@ -91,7 +91,7 @@ class Settings:
     peer_sync_empty_window: float = 5 * MINUTES  # reads answer 403 at most this long
     anti_entropy_interval: float = 30 * SECONDS
     # Removals are remembered this long, so that no path brings a removed instance back
-    # (registry/tombstones.py): well beyond an outage, and beyond any lease a copy could hold.
+    # (registry/core/tombstones.py): well beyond an outage, and beyond any lease a copy could hold.
     tombstone_retention: float = 60 * MINUTES
     # A copy with the same lastDirtyTimestamp as a removal wins over it only when it was
     # renewed this much later: more than the nodes' clocks may differ (NTP: milliseconds).
@@ -113,12 +113,12 @@ class Settings:
     max_instances_per_application: int = 20_000
     max_instances_per_credential: int = 0  # new instances one client user may hold; 0: no cap
     # Above this resident memory (MiB) clients' new instances get 503; 0: 90 % of the
-    # container's memory limit, or none without one (registry/memory.py)
+    # container's memory limit, or none without one (registry/health/memory.py)
     memory_watermark_mb: int = 0
     # HTTP
     max_body_bytes: int = 1024 * 1024
     # Connections one client address may hold open at once (0: no cap); behind a reverse
-    # proxy every client has the proxy's address (registry/connections.py)
+    # proxy every client has the proxy's address (registry/http/connections.py)
     max_connections_per_address: int = 512
     request_head_timeout: float = 10 * SECONDS  # to send a request's head once it starts
     # Registry fetches (full, delta, application, VIP) per client address; 0: no limit

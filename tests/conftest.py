@@ -15,7 +15,9 @@ from aiohttp.web_runner import BaseRunner
 from blockbuster import BlockBuster, blockbuster_ctx
 
 from registry import FakeClock, Settings, create_app
+from registry.core.registry import Registry
 from registry.serving import Runner
+from registry.store.writer import StoreWriter
 from tests.nodes import Nodes
 
 AiohttpClient = Callable[..., Awaitable[TestClient]]
@@ -36,7 +38,7 @@ def in_tmp_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture(autouse=True)
 def thawed_heap() -> Iterator[None]:
-    """Servers in this process freeze the heap (registry/heap.py); give what they set aside
+    """Servers in this process freeze the heap (registry/health/heap.py); give what they set aside
     back to the collector after each test, so one test's garbage is not kept for the run."""
     yield
     gc.unfreeze()
@@ -88,3 +90,13 @@ async def nodes() -> AsyncIterator[Nodes]:
             yield pool
         finally:
             await pool.stop_all()
+
+
+@pytest.fixture
+async def writer(tmp_path: Path, registry: Registry) -> AsyncIterator[StoreWriter]:
+    """A store writer on a real SQLite file, for the `registry` fixture of the test that asks."""
+    writer = StoreWriter(tmp_path / "registry.db", registry, FakeClock(), busy_timeout_ms=50)
+    assert await writer.open() is not None
+    registry.subscribe(writer.on_change, overrides=writer.on_override)
+    yield writer
+    await writer.close()

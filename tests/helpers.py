@@ -20,7 +20,7 @@ import orjson
 from aiohttp.test_utils import TestClient
 
 from registry.appkeys import REGISTRY
-from registry.core import Registry
+from registry.core.registry import Registry
 
 JSON = {"Accept": "application/json"}
 DEFAULT_DC = {"@class": "com.netflix.appinfo.InstanceInfo$DefaultDataCenterInfo", "name": "MyOwn"}

@@ -31,13 +31,30 @@ def of(names: set[str], package: str) -> set[str]:
     return {name for name in names if name == package or name.startswith(package + ".")}
 
 
-@pytest.mark.parametrize(
-    ("package", "forbidden"),
-    [
-        ("peers", "registry.http"),  # peers replicate; reading HTTP requests is registry.http's
-        ("registry/http", "peers"),  # handlers reach the peers' parts through the app's keys
-    ],
-)
+# (package, what it must not import): the layers of docs/architecture.md.
+LAYERS = [
+    # The core decides; it knows nothing of how changes are read, served, stored or sent.
+    ("registry/core", "registry.reads"),
+    ("registry/core", "registry.health"),
+    ("registry/core", "registry.http"),
+    ("registry/core", "registry.store"),
+    ("registry/core", "registry.codec"),
+    ("registry/core", "peers"),
+    ("registry/core", "aiohttp"),
+    # The read side keeps documents ready; handlers serve them.
+    ("registry/reads", "registry.http"),
+    ("registry/reads", "registry.store"),
+    ("registry/reads", "peers"),
+    ("registry/store", "registry.http"),
+    ("peers", "registry.http"),  # peers replicate; reading HTTP requests is registry.http's
+    ("registry/http", "peers"),  # handlers reach the peers' parts through the app's keys
+    # What the server and the client share depends on neither.
+    ("registry/common", "registry.core"),
+    ("registry/common", "registry.client"),
+]
+
+
+@pytest.mark.parametrize(("package", "forbidden"), LAYERS)
 def test_a_layer_does_not_import_the_other(package, forbidden):
     assert {} == {
         module: of(names, forbidden)
@@ -46,18 +63,46 @@ def test_a_layer_does_not_import_the_other(package, forbidden):
     }
 
 
-def test_the_core_loads_no_web_framework():
-    """`registry.core` (with the model and the rule chain) is usable without aiohttp."""
-    loaded = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            "import sys, registry.core; "
-            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('aiohttp', 'aiosqlite')))",
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=True,
+def test_the_layer_rules_name_packages_that_exist():
+    """A rule about a package renamed away would pass forever."""
+    for package, forbidden in LAYERS:
+        assert (ROOT / package).is_dir(), package
+        assert (ROOT / forbidden.replace(".", "/")).exists() or forbidden == "aiohttp", forbidden
+
+
+def loaded_by(statement: str) -> list[str]:
+    """The modules of this project and of aiohttp's server side a fresh interpreter holds after
+    running `statement`."""
+    code = (
+        f"import sys; {statement}; "
+        "print('\\n'.join(sorted(m for m in sys.modules if m.split('.')[0] in "
+        "('registry', 'peers', 'rules', 'aiosqlite') or m.startswith('aiohttp.web'))))"
     )
-    assert "[]" == loaded.stdout.strip()
+    run = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    return run.stdout.split()
+
+
+def test_the_core_loads_no_web_framework():
+    """The core (with the model and the rule chain) is usable without aiohttp's server, the
+    store or anything of the read side."""
+    outside = [
+        name
+        for name in loaded_by("import registry.core.registry, registry.core.eviction")
+        if not name.startswith(("registry.core", "registry.common", "rules"))
+        and name not in ("registry", "registry.errors")
+    ]
+    assert [] == outside
+
+
+def test_the_client_loads_nothing_of_the_server():
+    """`registry.client` is a product of its own: it shares only `registry.common` and the
+    status vocabulary of `rules`."""
+    outside = [
+        name
+        for name in loaded_by("import registry.client")
+        if not name.startswith(("registry.client", "registry.common", "rules"))
+        and name != "registry"
+    ]
+    assert [] == outside

@@ -1,7 +1,7 @@
 """The process's server (registry/serving.py), on real sockets: what aiohttp's parser refuses
 is answered with the JSON error body every other refusal has, a long-poll or a watch stream
 is let go as soon as its client has gone, and connections are capped by address and given a
-deadline for their request heads (registry/connections.py)."""
+deadline for their request heads (registry/http/connections.py)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from aiohttp.web_protocol import RequestHandler
 
 from registry import Settings, create_app
 from registry.appkeys import CONNECTIONS, FEED
-from registry.connections import raise_file_limit
+from registry.http.connections import raise_file_limit
 from registry.serving import Runner
 from tests.helpers import eventually, free_port
 

@@ -19,7 +19,7 @@ from collections import Counter
 from collections.abc import Iterable, Iterator
 
 from registry.client.model import Action, Change, Instance
-from registry.hashcode import hash_of_counts
+from registry.common.hashcode import hash_of_counts
 from rules import InstanceStatus
 
 UP = InstanceStatus.UP

@@ -20,10 +20,10 @@ from typing import Any
 
 import structlog
 
-from registry.client.sync import MAX_PAUSE, Counters
+from registry.client.fetcher import MAX_PAUSE, Counters
 from registry.client.transport import Transport, Unavailable
-from registry.clock import Clock
-from registry.tasks import wait_set
+from registry.common.clock import Clock
+from registry.common.tasks import wait_set
 from rules import InstanceStatus
 
 log = structlog.get_logger()

@@ -14,7 +14,7 @@ import random
 from dataclasses import dataclass, field
 from urllib.parse import unquote, urlsplit, urlunsplit
 
-from registry.codec.wire import basic_authorization
+from aiohttp import BasicAuth
 
 MIN_REST = 1.0  # seconds a failed server rests after its first failure
 MAX_REST = 60.0
@@ -46,8 +46,8 @@ def parse_servers(urls: str) -> list[Server]:
             raise ValueError(f"server URL {text!r}: expected http(s)://host[:port]/path/")
         authorization = None
         if parts.username is not None:
-            credential = f"{unquote(parts.username)}:{unquote(parts.password or '')}"
-            authorization = basic_authorization(credential)
+            user, password = unquote(parts.username), unquote(parts.password or "")
+            authorization = BasicAuth(user, password, encoding="utf-8").encode()
         netloc = parts.hostname if ":" not in parts.hostname else f"[{parts.hostname}]"
         if parts.port is not None:
             netloc += f":{parts.port}"

@@ -19,7 +19,7 @@ import aiohttp
 from multidict import CIMultiDictProxy
 
 from registry.client.servers import Server, ServerList
-from registry.clock import Clock
+from registry.common.clock import Clock
 
 FailoverListener = Callable[[Server, Server, str], None]
 

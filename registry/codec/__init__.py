@@ -8,7 +8,7 @@ from typing import Protocol
 
 from registry.codec import json_codec, xml_codec
 from registry.codec.wire import instance_from_wire
-from registry.model import InstanceInfo, LeaseRecord
+from registry.core.model import InstanceInfo, LeaseRecord
 
 __all__ = ["Format", "Shape", "encode_instance", "instance_from_wire", "shape"]
 

@@ -8,8 +8,8 @@ from typing import Any
 import orjson
 
 from registry.codec.wire import lease_numbers, optional_texts
+from registry.core.model import InstanceInfo, LeaseRecord
 from registry.errors import BadInput
-from registry.model import InstanceInfo, LeaseRecord
 
 EMPTY_MAP = {"@class": "java.util.Collections$EmptyMap"}
 

@@ -18,8 +18,8 @@ from defusedxml import DefusedXmlException
 from defusedxml.ElementTree import fromstring
 
 from registry.codec.wire import lease_numbers, optional_texts
+from registry.core.model import InstanceInfo, LeaseRecord
 from registry.errors import BadInput
-from registry.model import InstanceInfo, LeaseRecord
 
 _PLAIN_NAME = re.compile(r"[A-Za-z][A-Za-z0-9.\-]*")
 _NAME_CHAR = re.compile(r"[A-Za-z0-9.\-]")

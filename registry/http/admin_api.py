@@ -9,12 +9,12 @@ from aiohttp import web
 
 from registry.appkeys import CLOCK, REGISTRY, WRITER
 from registry.codec import wire
-from registry.core import Registry
+from registry.core.model import InstanceStatus
+from registry.core.overrides import Note
+from registry.core.registry import Registry
 from registry.errors import BadInput, NotServed, StoreUnavailable, UnknownInstance
 from registry.http import auth, params
 from registry.http.durability import committed
-from registry.model import InstanceStatus
-from registry.overrides import Note
 from rules import CHAIN, trace
 
 

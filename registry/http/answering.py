@@ -17,9 +17,9 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 
 from registry.codec.wire import EPOCH_HEADER, INDEX_HEADER
-from registry.core import Registry
+from registry.core.registry import Registry
+from registry.health.request_stats import RequestStats
 from registry.http.error_handling import error_answer
-from registry.request_stats import RequestStats
 
 Check = Callable[[web.Request], None]  # raises a RegistryError to refuse the request
 

@@ -12,7 +12,7 @@ declares its plane in the route table (routes.py).
 
 With no credentials configured no guard is installed, and the settings keep the server on
 loopback. Otherwise a request without a credential this node knows gets 401 and a challenge; one
-with a known credential of another plane gets 403 (registry/credentials.py checks them). A
+with a known credential of another plane gets 403 (registry/http/credentials.py checks them). A
 SIGHUP that changes the credentials applies them to the next request; one that would turn them
 on or off entirely is refused (see `registry.app._reload`).
 """
@@ -26,9 +26,9 @@ from urllib.parse import urlsplit
 from aiohttp import hdrs, web
 
 from registry.appkeys import CREDENTIALS, SETTINGS
-from registry.credentials import Credentials, Role
 from registry.errors import Forbidden, Unauthorized
 from registry.http.answering import Check
+from registry.http.credentials import Credentials, Role
 from registry.http.params import is_replication
 from registry.settings import Settings, is_loopback
 

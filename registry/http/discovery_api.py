@@ -1,23 +1,23 @@
 """What discovery clients read: the registry, its delta, one app, one instance, VIPs (3.7-3.12).
 
-Documents come from the response cache, built by `registry.payloads` on a miss.
+Documents come from the response cache, built by `registry.reads.payloads` on a miss.
 """
 
 from __future__ import annotations
 
 from aiohttp import web
 
-from registry import cache, payloads
 from registry.appkeys import CACHE, CATALOG, CLOCK, FEED, JOURNAL, LIFECYCLE, REGISTRY, SETTINGS
 from registry.codec import encode_instance
 from registry.codec.wire import SINCE_HEADER
-from registry.core import Registry
+from registry.common.tasks import Pacer
+from registry.core.model import Lease
+from registry.core.registry import Registry
 from registry.errors import IndexExpired, NotServed, UnknownApplication
 from registry.http import params
 from registry.http.negotiation import cached_payload, payload, response_format
-from registry.journal import DeltaJournal
-from registry.model import Lease
-from registry.tasks import Pacer
+from registry.reads import cache, payloads
+from registry.reads.journal import DeltaJournal
 
 MAX_WAIT = 300.0  # seconds a long-poll is held at most; longer waits are cut to this
 

@@ -12,12 +12,12 @@ from aiohttp.http import StreamWriter
 from aiohttp.payload import Payload
 
 from registry.appkeys import CACHE, CLOCK
-from registry.cache import Key
 from registry.codec import Format, json_codec, xml_codec
 from registry.codec.wire import INDEX_HEADER
-from registry.encoded import Document, coalesced
 from registry.errors import BadInput, UnsupportedMediaType
 from registry.http.request_body import read_body
+from registry.reads.cache import Key
+from registry.reads.encoded import Document, coalesced
 
 _READABLE_CHARSETS = (None, "utf-8", "utf8", "iso-8859-1")
 # Types that say nothing about the body (HTTP libraries' and curl's defaults): look at it instead.

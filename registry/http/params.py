@@ -11,9 +11,9 @@ from aiohttp import web
 from registry.appkeys import SETTINGS
 from registry.codec import wire
 from registry.codec.wire import REPLICATION_HEADER
+from registry.core.model import InstanceStatus
+from registry.core.overrides import MAX_EXPIRY_MS, MAX_REASON
 from registry.errors import BadInput
-from registry.model import InstanceStatus
-from registry.overrides import MAX_EXPIRY_MS, MAX_REASON
 
 _LAST_DIRTY = "lastDirtyTimestamp="
 _DURATION = re.compile(r"(\d{1,9}(?:\.\d{1,3})?)(ms|s|m)?")

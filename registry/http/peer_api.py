@@ -22,7 +22,7 @@ answer.
 GET peerreplication/digest: per-application digests (peers/digest.py), with the overrides'
 notes and the override removals remembered.
 
-GET peerreplication/removed[?app=APP]: the removals remembered (registry/tombstones.py), of
+GET peerreplication/removed[?app=APP]: the removals remembered (registry/core/tombstones.py), of
 one application or all, for anti-entropy and start-up sync.
 
 Any of these calls tells this node a peer is up: a peer it could not reach is tried again at
@@ -30,7 +30,7 @@ once rather than after its pause (peers/dispatcher.py).
 
 Fields of ours in the items (stock Eureka peers ignore them): a Cancel carries the
 `lastDirtyTimestamp` of the copy it removed and `removedAt`; a DeleteStatusOverride carries
-`overrideRemovedAt`; a StatusUpdate the override's note (registry/overrides.py).
+`overrideRemovedAt`; a StatusUpdate the override's note (registry/core/overrides.py).
 """
 
 from __future__ import annotations
@@ -46,15 +46,15 @@ from orjson import Fragment
 from registry import errors
 from registry.appkeys import CLOCK, CLUSTER, DIGESTS, REGISTRY
 from registry.codec import instance_from_wire, json_codec, wire
-from registry.core import Registry
+from registry.codec.notes import note_from, notes_document, removals_document
+from registry.common.tasks import Pacer
+from registry.core.model import InstanceStatus, ReplicationAction
+from registry.core.registry import Registry
+from registry.core.tombstones import Tombstone
 from registry.http import params
 from registry.http.error_handling import status_for
 from registry.http.negotiation import read_document
-from registry.model import InstanceStatus, ReplicationAction
-from registry.overrides import note_from, notes_document, removals_document
 from registry.settings import MAX_BATCH_ITEMS
-from registry.tasks import Pacer
-from registry.tombstones import Tombstone
 
 log = structlog.get_logger()
 

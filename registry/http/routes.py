@@ -14,13 +14,13 @@ from dataclasses import dataclass
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
-from registry import metrics
 from registry.appkeys import CLOCK, CREDENTIALS, LIMITER, REGISTRY, REQUESTS, SETTINGS
 from registry.http import (
     admin_api,
     api_docs,
-    client_api,
     discovery_api,
+    instance_api,
+    metrics_api,
     openapi,
     peer_api,
     server_info,
@@ -68,7 +68,7 @@ class Route:
 
 def _heartbeat(app: web.Application) -> Handler:
     skew_ms = int(app[SETTINGS].max_clock_skew * 1000)
-    return client_api.heartbeat_handler(app[REGISTRY], app[CLOCK], skew_ms, app[CREDENTIALS])
+    return instance_api.heartbeat_handler(app[REGISTRY], app[CLOCK], skew_ms, app[CREDENTIALS])
 
 
 def _openapi(app: web.Application) -> Handler:
@@ -83,7 +83,7 @@ _C, _A, _P, _O = Plane.CLIENT, Plane.ADMIN, Plane.PEER, Plane.OPEN
 VERSIONED: dict[str, dict[str, Route]] = {
     "/apps/{app}/{id}": {
         "PUT": Route(plane=_C, doc=api_docs.HEARTBEAT, build=_heartbeat),
-        "DELETE": Route(plane=_C, doc=api_docs.CANCEL, handler=client_api.cancel),
+        "DELETE": Route(plane=_C, doc=api_docs.CANCEL, handler=instance_api.cancel),
         "GET": Route(plane=_C, doc=api_docs.INSTANCE, handler=discovery_api.instance),
     },
     "/apps": {
@@ -92,10 +92,10 @@ VERSIONED: dict[str, dict[str, Route]] = {
     # An application may be called DELTA: its registrations still reach register.
     "/apps/{app:delta}": {
         "GET": Route(plane=_C, doc=api_docs.DELTA, handler=discovery_api.delta, limited=True),
-        "POST": Route(plane=_C, doc=api_docs.REGISTER_DELTA, handler=client_api.register),
+        "POST": Route(plane=_C, doc=api_docs.REGISTER_DELTA, handler=instance_api.register),
     },
     "/apps/{app}": {
-        "POST": Route(plane=_C, doc=api_docs.REGISTER, handler=client_api.register),
+        "POST": Route(plane=_C, doc=api_docs.REGISTER, handler=instance_api.register),
         "GET": Route(
             plane=_C, doc=api_docs.APPLICATION, handler=discovery_api.application, limited=True
         ),
@@ -153,7 +153,7 @@ UNVERSIONED: dict[str, dict[str, Route]] = {
     "/healthz": {"GET": Route(plane=_O, doc=api_docs.HEALTHZ, handler=server_info.healthz)},
     "/readyz": {"GET": Route(plane=_O, doc=api_docs.READYZ, handler=server_info.readyz)},
     "/openapi.json": {"GET": Route(plane=_O, doc=api_docs.OPENAPI, build=_openapi)},
-    "/metrics": {"GET": Route(plane=_C, doc=api_docs.METRICS, handler=metrics.metrics)},
+    "/metrics": {"GET": Route(plane=_C, doc=api_docs.METRICS, handler=metrics_api.metrics)},
     "/": {"GET": Route(plane=_C, doc=api_docs.PAGE, handler=status_page.page, limited=True)},
     "/page/{name}": {"GET": Route(plane=_C, doc=api_docs.PAGE_ASSET, handler=status_page.asset)},
 }

@@ -20,11 +20,11 @@ from typing import Any
 from aiohttp import web
 
 from registry.appkeys import CLOCK, LIFECYCLE, PAGES, REGISTRY, SETTINGS
+from registry.common.tasks import Pacer
+from registry.core.model import InstanceStatus, Lease
+from registry.core.overrides import Note
 from registry.http import auth, server_info
 from registry.http.error_handling import no_such_endpoint
-from registry.model import InstanceStatus, Lease
-from registry.overrides import Note
-from registry.tasks import Pacer
 
 _FILES = Path(__file__).parent / "page"
 _TEMPLATE = string.Template((_FILES / "status.html").read_text(encoding="utf-8"))

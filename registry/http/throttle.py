@@ -1,4 +1,4 @@
-"""429 for a client that fetches faster than its bucket allows (registry/ratelimit.py).
+"""429 for a client that fetches faster than its bucket allows (registry/http/ratelimit.py).
 
 Peers are never throttled: anti-entropy pulls many applications at once, and a refused pull
 leaves a node short of instances for a whole round. A peer's call carries the replication
@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from registry.clock import Clock
+from registry.common.clock import Clock
 from registry.errors import TooManyRequests
 from registry.http.answering import Check
 from registry.http.params import is_replication
-from registry.ratelimit import FetchLimiter, client_key, retry_after
+from registry.http.ratelimit import FetchLimiter, client_key, retry_after
 
 
 def limited(limiter: FetchLimiter, clock: Clock) -> Check:

@@ -35,14 +35,14 @@ from registry.appkeys import (
     SETTINGS,
 )
 from registry.codec.wire import EPOCH_HEADER, INDEX_HEADER
+from registry.common.tasks import SLICE, Pacer
 from registry.errors import IndexExpired, NotServed
-from registry.fanout import KEEPALIVE_COMMENT
-from registry.feed import ChangeFeed, sse
 from registry.http import params
 from registry.http.discovery_api import check_index, forgotten
 from registry.http.throttle import limited
-from registry.journal import DeltaJournal
-from registry.tasks import SLICE, Pacer
+from registry.reads.fanout import KEEPALIVE_COMMENT
+from registry.reads.feed import ChangeFeed, sse
+from registry.reads.journal import DeltaJournal
 
 RETRY_MS = 2000  # how long a disconnected EventSource waits before reconnecting
 

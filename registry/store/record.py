@@ -19,8 +19,8 @@ from typing import Any
 
 import msgspec
 
+from registry.core.model import ActionType, DataCenterInfo, InstanceInfo, PortInfo
 from registry.errors import BadInput
-from registry.model import ActionType, DataCenterInfo, InstanceInfo, PortInfo
 
 _SHARED_MAX = 64  # strings up to this long are interned: apps, VIPs, metadata keys and values
 _intern = sys.intern

@@ -19,9 +19,9 @@ from collections.abc import Iterable, Set
 
 import structlog
 
-from registry.core import Registry
-from registry.journal import DeltaJournal
-from registry.overrides import Note
+from registry.core.overrides import Note
+from registry.core.registry import Registry
+from registry.reads.journal import DeltaJournal
 from registry.store.sqlite import Snapshot, StoredOverride
 
 log = structlog.get_logger()

@@ -71,7 +71,8 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         # not written), the evidence peers weigh against their removals of it.
         "ALTER TABLE instances ADD COLUMN last_renewal_ms INTEGER NOT NULL DEFAULT 0",
         "UPDATE instances SET last_renewal_ms = registration_ms",
-        # Removals remembered (registry/tombstones.py): the lastDirtyTimestamp removed, and when.
+        # Removals remembered (registry/core/tombstones.py): the lastDirtyTimestamp removed, and
+        # when.
         """CREATE TABLE tombstones (
             app TEXT NOT NULL,
             id TEXT NOT NULL,

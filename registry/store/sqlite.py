@@ -20,11 +20,11 @@ import orjson
 import structlog
 
 from registry.codec import wire
+from registry.core.model import InstanceInfo, InstanceStatus, LeaseRecord
+from registry.core.overrides import OverrideChange
+from registry.core.tombstones import Tombstone
 from registry.errors import BadInput
-from registry.model import InstanceInfo, InstanceStatus, LeaseRecord
-from registry.overrides import OverrideChange
 from registry.store import record, schema
-from registry.tombstones import Tombstone
 
 log = structlog.get_logger()
 
@@ -338,7 +338,7 @@ class Store:
             )
 
     async def forget_tombstones(self, *, before_ms: int) -> None:
-        """Purge removals past their retention (registry/tombstones.py)."""
+        """Purge removals past their retention (registry/core/tombstones.py)."""
         async with self._transaction() as db:
             await db.execute("DELETE FROM tombstones WHERE at_ms < ?", (before_ms,))
 

@@ -7,8 +7,8 @@ a cancel under one): the newest state of each override is its row, and every cha
 of the override's history. Every flush (a fraction of a second apart, and at once when
 an admin's override must be on disk before it is acknowledged) writes what is pending in one
 transaction. Heartbeats are not changes and are never written: a restored lease gets a full
-grace of a lease's duration instead, and keeps the last renewal written (registry/model.py).
-An instance removed is written with its tombstone (registry/tombstones.py), in the same
+grace of a lease's duration instead, and keeps the last renewal written (registry/core/model.py).
+An instance removed is written with its tombstone (registry/core/tombstones.py), in the same
 transaction as the row's deletion.
 
 A store that fails never fails the registry: what could not be written stays pending (newer
@@ -30,11 +30,11 @@ from pathlib import Path
 
 import structlog
 
-from registry.clock import Clock
-from registry.core import Registry
+from registry.common.clock import Clock
+from registry.core.model import ActionType, ChangeEvent, InstanceStatus, LeaseRecord, LeaseSnapshot
+from registry.core.overrides import Note, OverrideAction, OverrideChange
+from registry.core.registry import Registry
 from registry.errors import UnknownInstance
-from registry.model import ActionType, ChangeEvent, InstanceStatus, LeaseRecord, LeaseSnapshot
-from registry.overrides import Note, OverrideAction, OverrideChange
 from registry.store.sqlite import (
     BUSY_TIMEOUT_MS,
     Batch,

@@ -34,19 +34,19 @@ import orjson
 from prometheus_client.parser import text_string_to_metric_families
 
 from registry.__main__ import loop_name, new_event_loop
-from registry.cache import ResponseCache
-from registry.clock import SystemClock
-from registry.core import Registry
-from registry.eviction import Evictor
-from registry.feed import ChangeFeed
-from registry.journal import DeltaJournal
+from registry.common.clock import SystemClock
+from registry.core.eviction import Evictor
+from registry.core.preservation import SelfPreservation
+from registry.core.registry import Registry
 from registry.logs import configure
-from registry.preservation import SelfPreservation
+from registry.reads.cache import ResponseCache
+from registry.reads.feed import ChangeFeed
+from registry.reads.journal import DeltaJournal
 from tests.bench import processes, workloads
 from tests.bench.gc_pauses import collections
 from tests.bench.scenarios import Plan, _percentile
 from tests.bench.send_floor import send_floor
-from tests.registry.test_core import make
+from tests.core.test_registry import make
 
 CRASH_APP = "CRASH"
 RENEWAL_SECONDS = 1  # the crashing instances' heartbeat interval

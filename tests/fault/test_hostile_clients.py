@@ -21,7 +21,7 @@ import aiohttp
 import orjson
 import pytest
 
-from registry.connections import raise_file_limit
+from registry.http.connections import raise_file_limit
 from tests.helpers import eventually, free_port, instance_doc, registry_process, until_ready
 
 pytestmark = pytest.mark.slow

@@ -14,8 +14,8 @@ from aiohttp.test_utils import TestClient
 from structlog.testing import capture_logs
 
 from registry import Settings, create_app
+from registry.core.model import InstanceStatus
 from registry.http.auth import Credentials, Role
-from registry.model import InstanceStatus
 from registry.settings import SettingsError
 from tests.helpers import instance_doc, registry_of
 

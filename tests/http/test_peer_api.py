@@ -10,8 +10,8 @@ import pytest
 from aiohttp.test_utils import TestClient
 from structlog.testing import capture_logs
 
+from registry.core.model import InstanceStatus
 from registry.http import peer_api
-from registry.model import InstanceStatus
 from tests.helpers import fetch_json, instance_doc, register, registry_of
 
 BATCH = "/eureka/peerreplication/batch/"

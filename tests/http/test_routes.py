@@ -10,7 +10,7 @@ import pytest
 
 from registry import Settings
 from registry.codec.wire import INDEX_HEADER
-from registry.http import api_docs, client_api
+from registry.http import api_docs, instance_api
 from registry.http.auth import Plane
 from registry.http.openapi import BASE, described
 from registry.http.routes import UNVERSIONED, VERSIONED, Route
@@ -48,9 +48,9 @@ def test_every_route_declares_a_plane_and_its_documentation():
 @pytest.mark.parametrize(
     "missing",
     [
-        {"doc": api_docs.CANCEL, "handler": client_api.cancel},  # no plane
-        {"plane": "client", "doc": api_docs.CANCEL, "handler": client_api.cancel},
-        {"plane": Plane.CLIENT, "doc": {"summary": "x"}, "handler": client_api.cancel},
+        {"doc": api_docs.CANCEL, "handler": instance_api.cancel},  # no plane
+        {"plane": "client", "doc": api_docs.CANCEL, "handler": instance_api.cancel},
+        {"plane": Plane.CLIENT, "doc": {"summary": "x"}, "handler": instance_api.cancel},
         {"plane": Plane.CLIENT, "doc": api_docs.CANCEL},  # no handler
     ],
 )

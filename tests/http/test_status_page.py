@@ -15,9 +15,9 @@ from playwright.async_api import Browser, async_playwright, expect
 
 from registry import FakeClock, Settings, create_app
 from registry.appkeys import REGISTRY
+from registry.core.model import InstanceStatus
+from registry.core.overrides import Note
 from registry.http import status_page
-from registry.model import InstanceStatus
-from registry.overrides import Note
 from tests.helpers import instance_doc, register
 
 CHROMIUM = Path("/usr/bin/chromium")

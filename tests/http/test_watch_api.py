@@ -11,11 +11,11 @@ import pytest
 from aiohttp import ClientResponse
 
 from registry import Settings
-from registry import fanout as fanout_module
 from registry.appkeys import FEED
+from registry.reads import fanout as fanout_module
+from tests.core.test_registry import T0, make
 from tests.helpers import JSON, eventually, fetch_json, register, registry_of
-from tests.registry.test_core import T0, make
-from tests.registry.test_metrics import scrape
+from tests.http.test_metrics_api import scrape
 
 INDEX = "X-Registry-Index"
 

@@ -37,16 +37,17 @@ from peers.dispatcher import Dispatcher
 from peers.pending import Task
 from registry import FakeClock
 from registry.codec import json_codec
-from registry.core import Registry
+from registry.codec.notes import notes_document, removals_document
+from registry.core.model import InstanceStatus, ReplicationAction
+from registry.core.overrides import Note
+from registry.core.registry import Registry
 from registry.errors import UnknownInstance
 from registry.http.peer_api import answer, removal_item
-from registry.journal import DeltaJournal
-from registry.model import InstanceStatus, ReplicationAction
-from registry.overrides import Note, notes_document, removals_document
+from registry.reads.journal import DeltaJournal
 from registry.settings import Settings
 from registry.store.restore import restore
 from registry.store.sqlite import Snapshot, StoredOverride
-from tests.registry.test_core import make
+from tests.core.test_registry import make
 
 NODES = ("A", "B", "C")
 IDS = ("i-1", "i-2", "i-3", "i-4")

@@ -7,8 +7,8 @@ import pytest
 
 from peers import digest as digest_module
 from peers.digest import Digests
-from registry.core import Registry
-from tests.registry.test_core import T0, make
+from registry.core.registry import Registry
+from tests.core.test_registry import T0, make
 
 
 @pytest.fixture

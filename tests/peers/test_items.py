@@ -6,9 +6,9 @@ import orjson
 
 from peers import items
 from peers.pending import Task
-from registry.core import Registry
-from registry.model import InstanceStatus, ReplicationAction
-from tests.registry.test_core import T0, make
+from registry.core.model import InstanceStatus, ReplicationAction
+from registry.core.registry import Registry
+from tests.core.test_registry import T0, make
 
 A = ReplicationAction
 

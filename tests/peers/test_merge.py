@@ -6,10 +6,10 @@ from typing import Any
 
 from peers import merge
 from registry.codec import instance_from_wire, json_codec
-from registry.core import Registry
-from registry.model import InstanceStatus, Lease
-from registry.overrides import Note
-from registry.tombstones import Tombstone
+from registry.core.model import InstanceStatus, Lease
+from registry.core.overrides import Note
+from registry.core.registry import Registry
+from registry.core.tombstones import Tombstone
 from tests.helpers import instance_doc
 
 T0 = 1_735_689_000_000

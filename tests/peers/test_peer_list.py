@@ -9,7 +9,7 @@ from aiohttp.test_utils import TestClient
 
 from peers.cluster import Cluster
 from registry import FakeClock, Settings
-from registry.core import Registry
+from registry.core.registry import Registry
 from registry.settings import SettingsError
 from tests.helpers import fetch_json
 

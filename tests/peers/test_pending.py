@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from peers.pending import PendingTasks, Task
-from registry.model import InstanceStatus, ReplicationAction
+from registry.core.model import InstanceStatus, ReplicationAction
 
 A = ReplicationAction
 

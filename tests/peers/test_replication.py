@@ -19,8 +19,8 @@ from peers.cluster import Cluster
 from peers.dispatcher import Dispatcher
 from registry import FakeClock, Settings, create_app
 from registry.appkeys import CLUSTER, LIFECYCLE, REGISTRY
-from registry.core import Registry
-from registry.model import InstanceStatus
+from registry.core.model import InstanceStatus
+from registry.core.registry import Registry
 from tests.helpers import eventually, free_port, instance_doc, register
 
 AiohttpServer = Callable[[web.Application], Awaitable[TestServer]]

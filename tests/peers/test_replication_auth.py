@@ -13,7 +13,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from registry import FakeClock, Settings, create_app
 from registry.appkeys import LIFECYCLE
 from registry.codec.wire import basic_authorization
-from registry.model import InstanceStatus
+from registry.core.model import InstanceStatus
 from tests.helpers import eventually, instance_doc
 from tests.peers.test_replication import (
     AiohttpClient,

@@ -1,0 +1,88 @@
+"""Start-up sync: copy the registry from a peer before serving reads (contract 11.5, 15):
+its instances, the removals it remembers (so that nothing it removed comes back from here)
+and its overrides.
+
+Attempts go to each peer in turn, with growing pauses, for at most `peer_sync_budget` seconds.
+Reads open as soon as one peer's registry has been copied, or when every peer answers that it
+is starting too (a new cluster: there is nothing to copy). If no peer can be reached in the
+budget, reads stay closed (403, saying why) until anti-entropy reaches a peer or
+`peer_sync_empty_window` has passed since start, whichever comes first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import structlog
+
+from peers import merge
+from peers.transport import PeerClient, PeerError, PeerSyncing
+from registry.common.clock import Clock
+from registry.core.registry import Registry
+from registry.lifecycle import Lifecycle, Phase
+
+log = structlog.get_logger()
+
+_MAX_PAUSE = 5.0
+
+
+async def sync_at_start(
+    peers: Callable[[], Sequence[PeerClient]],
+    registry: Registry,
+    clock: Clock,
+    lifecycle: Lifecycle,
+    *,
+    budget: float,
+    empty_window: float,
+) -> None:
+    """Copy a peer's registry, then serve reads (`lifecycle` SYNCING -> SERVING), or when it
+    is no use waiting; ends early when something else (anti-entropy) got there first."""
+    started = clock.monotonic()
+    pause = 0.5
+    while lifecycle.phase is Phase.SYNCING:
+        clients = peers()
+        if not clients:
+            lifecycle.synced("no peers to copy from")
+            return
+        problems: list[str] = []
+        starting = 0
+        for client in clients:
+            try:
+                document = await client.fetch_registry()
+                removed = merge.removals(await client.fetch_removed())
+                digest = await client.fetch_digest()
+            except PeerSyncing:
+                starting += 1
+                continue
+            except PeerError as exc:
+                problems.append(str(exc))
+                continue
+            copied = await merge.merge(
+                registry, merge.applications(document), now_ms=clock.wall_ms(), removed=removed
+            )
+            merge.take_overrides(registry, digest, now_ms=clock.wall_ms())
+            log.info("peer_sync_done", peer=client.url, instances=copied, removals=len(removed))
+            lifecycle.synced(f"copied {copied} instances from {client.url}")
+            return
+        if starting == len(clients):
+            lifecycle.synced("every peer is starting too (a new cluster): nothing to copy")
+            return
+        elapsed = clock.monotonic() - started
+        if elapsed >= budget:
+            break
+        lifecycle.still_syncing(
+            "copying the registry from peers; none reachable yet: " + "; ".join(problems)
+        )
+        await clock.sleep(min(pause, budget - elapsed))
+        pause = min(_MAX_PAUSE, pause * 2)
+    if lifecycle.phase is not Phase.SYNCING:
+        return  # anti-entropy reached a peer first
+    remaining = empty_window - (clock.monotonic() - started)
+    log.warning("peer_sync_failed", problems=problems, reads_closed_for=round(max(remaining, 0)))
+    if remaining > 0:
+        lifecycle.still_syncing(
+            f"no peer could be copied within {budget:g} s ({'; '.join(problems)}); reads "
+            f"open when a peer is reached, or in {remaining:.0f} s at the latest"
+        )
+        await clock.sleep(remaining)
+    lifecycle.synced("the empty-sync window ended without a peer")

@@ -1,0 +1,115 @@
+"""What instances call about themselves: register, heartbeat, cancel (contract 3.1-3.3)."""
+
+from __future__ import annotations
+
+from aiohttp import web
+from aiohttp.typedefs import Handler
+from msgspec.structs import replace
+
+from registry.appkeys import CLOCK, MEMORY, QUOTAS, REGISTRY
+from registry.codec import instance_from_wire, wire
+from registry.codec.wire import REGISTRATION_HEADER
+from registry.common.clock import Clock
+from registry.core.model import InstanceStatus
+from registry.core.registry import Registry
+from registry.errors import MemoryFull
+from registry.http import auth, params
+from registry.http.credentials import Credentials
+from registry.http.durability import committed
+from registry.http.negotiation import read_document
+
+
+async def register(request: web.Request) -> web.Response:
+    """POST apps/{app}: 204, which is what Java clients count as success."""
+    app = params.app_name(request)
+    auth.may_act_on(request, app)
+    document = await read_document(request, root="instance")
+    now_ms = request.app[CLOCK].wall_ms()
+    instance = instance_from_wire(document, now_ms=now_ms, expected_app=app)
+    wire.not_ahead(
+        instance.last_dirty_ms,
+        "lastDirtyTimestamp",
+        now_ms=now_ms,
+        skew_ms=params.skew_ms(request),
+    )
+    replication = params.is_replication(request)
+    if instance.overridden_status is not InstanceStatus.UNKNOWN and not (
+        replication or auth.may_administer(request)
+    ):
+        # A registration carrying an override sets it (contract 6.2, step 5): how peers hand
+        # one over. From a client's credential it would bypass the admin plane: not taken.
+        instance = replace(instance, overridden_status=InstanceStatus.UNKNOWN)
+    registry, memory = request.app[REGISTRY], request.app[MEMORY]
+    if (
+        not replication
+        and memory.full
+        and registry.instance_or_none(app, instance.instance_id, now_ms=now_ms) is None
+    ):
+        raise MemoryFull(
+            f"this node's memory is above its watermark ({memory.watermark >> 20} MiB): new "
+            "instances are refused until it falls; register with another node"
+        )
+    quotas, user = request.app[QUOTAS], auth.client_user(request)
+    if quotas is not None and user is not None and not replication:
+        quotas.admit(user, app, instance.instance_id)
+    kept = registry.register(instance, now_ms=now_ms, is_replication=replication)
+    if quotas is not None and user is not None and not replication:
+        quotas.registered(user, app, instance.instance_id)
+    if kept.last_dirty_ms > instance.last_dirty_ms:
+        # Ours is newer: the registration changed nothing. Still 204, which stock clients
+        # need, but saying so to whoever looks (a client re-registering after another took
+        # its id with a later lastDirtyTimestamp finds out here).
+        return web.Response(
+            status=204,
+            headers={
+                REGISTRATION_HEADER: f"ignored: this registry holds a newer copy "
+                f"(lastDirtyTimestamp {kept.last_dirty_ms}, yours {instance.last_dirty_ms})"
+            },
+        )
+    return web.Response(status=204)
+
+
+def heartbeat_handler(
+    registry: Registry, clock: Clock, skew_ms: int, credentials: Credentials | None
+) -> Handler:
+    """PUT apps/{app}/{id}, the heartbeat, for `registry`. `status` is ignored, as in Eureka;
+    a lastDirtyTimestamp more than `skew_ms` ahead of the clock is refused.
+
+    The hot path of the whole server: the handler is built with its registry and clock bound,
+    so a request costs no application lookups, and it parses only what it uses.
+    """
+    renew, wall_ms = registry.renew, clock.wall_ms
+
+    async def heartbeat(request: web.Request) -> web.Response:
+        query = params.query_string(request)
+        replication = params.is_replication(request)
+        overridden = None
+        if replication:
+            raw = params.query_value(query, "overriddenstatus")
+            overridden = wire.status(raw, "overriddenstatus", default=InstanceStatus.UNKNOWN)
+        match, now_ms = request.match_info, wall_ms()
+        last_dirty_ms = params.last_dirty_ms(query)
+        if last_dirty_ms is not None and last_dirty_ms - now_ms > skew_ms:
+            wire.not_ahead(last_dirty_ms, "lastDirtyTimestamp", now_ms=now_ms, skew_ms=skew_ms)
+        app = match["app"].upper()
+        if credentials is not None and credentials.applications:  # bound credentials: check
+            auth.may_act_on(request, app)
+        renew(  # StaleReplica: the error table answers 409 with our copy
+            app, match["id"], now_ms, replication, last_dirty_ms, overridden
+        )
+        return web.Response()
+
+    return heartbeat
+
+
+async def cancel(request: web.Request) -> web.Response:
+    """DELETE apps/{app}/{id}: the instance leaves; an admin's override on it stays, and the
+    override's history says who cancelled it."""
+    registry, app, iid = request.app[REGISTRY], params.app_name(request), request.match_info["id"]
+    auth.may_act_on(request, app)
+    now_ms, replication = request.app[CLOCK].wall_ms(), params.is_replication(request)
+    by = None if replication else auth.principal(request)
+    registry.cancel(app, iid, now_ms=now_ms, is_replication=replication, by=by)
+    if not replication:  # the peer that sent it kept it before it was sent
+        await committed(request, "cancel")
+    return web.Response()

@@ -1,0 +1,152 @@
+"""The change feed: wakes long-polls and watch streams when the registry changes.
+
+Long-polls, and watch streams catching up, each wait on a future of their own, which the next
+change resolves: any number of waiters cost nothing until a change, and a burst of changes (an
+eviction sweep) wakes each waiter once, not once per change. A long-poll's timeout is a timer
+on the clock, not a task; watch streams' keepalives come from one feed-wide `beat`. Watch
+streams that have caught up are written to by the fan-out (`registry.reads.fanout`) instead, without
+waking at all. What changed is read from the delta journal by index; the feed keeps each
+change's watch event encoded once for every stream that sends it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+import orjson
+
+from registry.codec.json_codec import instance_dict
+from registry.common.clock import Clock
+from registry.core.model import ChangeEvent
+from registry.core.registry import Registry
+from registry.reads.fanout import FanOut
+from registry.reads.journal import DeltaJournal, Entry
+
+_KEEP_ENCODED = 10_000  # encoded events kept for streams that are behind
+KEEPALIVE = 15.0  # seconds between beats: an idle watch stream sends a comment on each
+
+
+class ChangeFeed:
+    def __init__(self, registry: Registry, clock: Clock, journal: DeltaJournal) -> None:
+        self._registry = registry
+        self._clock = clock
+        self._waiting: set[asyncio.Future[None]] = set()
+        self._encoded: dict[int, bytes] = {}
+        self._hashes: dict[int, str] = {}  # index: the registry's reconcile hash after it
+        self.fanout = FanOut(journal, self.encoded)
+        self.closed = False
+        self.beats = 0  # keepalive beats so far
+        self.watchers = 0  # open watch streams
+        self.polls = 0  # long-polls waiting
+
+    def on_change(self, event: ChangeEvent) -> None:
+        """Registry listener: wake everyone waiting, and note the reconcile hash this change
+        left for the streams to send with it (only while some are open: it costs a little)."""
+        if self.watchers:
+            if len(self._hashes) >= 2 * _KEEP_ENCODED:
+                for old in list(self._hashes)[:_KEEP_ENCODED]:
+                    del self._hashes[old]
+            self._hashes[event.index] = self._registry.reconcile_hash()
+        # The fan-out first: it moves on to this change before any stream that wakes below
+        # catches up to it, so that stream can join the live ones at once.
+        self.fanout.changed()
+        self._wake()
+
+    def loaded(self, registry: Registry) -> None:
+        """Registry hook after a bulk load: wake everyone waiting."""
+        self._wake()
+
+    def beat(self) -> None:
+        """Wake every stream so that an idle one sends a keepalive."""
+        self.beats += 1
+        self.fanout.beat()
+        self._wake()
+
+    def close(self) -> None:
+        """The server is stopping: wake every waiter for good."""
+        self.closed = True
+        self._wake()
+        self.fanout.release_all()
+
+    def _wake(self) -> None:
+        waiting, self._waiting = self._waiting, set()
+        for waiter in waiting:
+            if not waiter.done():
+                waiter.set_result(None)
+
+    async def next(self, timeout: float | None = None) -> None:
+        """Wait for the next change, beat or close (or `timeout` seconds)."""
+        if self.closed:
+            return
+        waiter = asyncio.get_running_loop().create_future()
+        self._waiting.add(waiter)
+        timer = None if timeout is None else self._clock.call_later(timeout, _done(waiter))
+        try:
+            await waiter
+        finally:
+            self._waiting.discard(waiter)
+            if timer is not None:
+                timer.cancel()
+
+    async def wait_past(self, index: int, timeout: float) -> bool:
+        """Wait until the registry index passes `index`, `timeout` seconds have gone by or the
+        feed closes; whether the index has passed."""
+        deadline = self._clock.monotonic() + timeout
+        while self._registry.index <= index and not self.closed:
+            remaining = deadline - self._clock.monotonic()
+            if remaining <= 0:
+                break
+            await self.next(remaining)
+        return self._registry.index > index
+
+    @property
+    def waiting(self) -> int:
+        """Long-polls and streams waiting for the next change now."""
+        return len(self._waiting)
+
+    @property
+    def index(self) -> int:
+        return self._registry.index
+
+    def event_id(self, index: int) -> str:
+        """A stream's event id: the index, and the epoch it belongs to."""
+        return f"{index}@{self._registry.epoch}"
+
+    def encoded(self, event: Entry) -> bytes:
+        """A change as a Server-Sent Event, encoded once for every stream."""
+        body = self._encoded.get(event.index)
+        if body is None:
+            if len(self._encoded) >= 2 * _KEEP_ENCODED:  # forget the older half
+                for old in list(self._encoded)[:_KEEP_ENCODED]:
+                    del self._encoded[old]
+            instance = event.lease.instance
+            fields = {
+                "index": event.index,
+                "action": event.action.value,
+                "app": instance.app,
+                "instanceId": instance.instance_id,
+                "instance": instance_dict(event.lease),
+            }
+            hashcode = self._hashes.get(event.index)
+            if hashcode is not None:  # unknown for changes made while no stream was open
+                fields["hashcode"] = hashcode
+            data = orjson.dumps(fields)
+            body = self._encoded[event.index] = sse(
+                data, event=event.action.value, id=self.event_id(event.index)
+            )
+        return body
+
+
+def _done(waiter: asyncio.Future[None]) -> Callable[[], None]:
+    def done() -> None:
+        if not waiter.done():
+            waiter.set_result(None)
+
+    return done
+
+
+def sse(data: bytes, *, event: str, id: str | None = None) -> bytes:
+    """One Server-Sent Event; `data` is a single line of JSON."""
+    head = f"event: {event}\n" if id is None else f"id: {id}\nevent: {event}\n"
+    return head.encode() + b"data: " + data + b"\n\n"

@@ -1,0 +1,100 @@
+"""The fetch documents, put together from encoded pieces in one synchronous step.
+
+Because nothing can change the registry while one of these runs, every document and its
+`apps__hashcode` describe the same state. A document is a list of blocks kept elsewhere: the
+applications' blocks (the catalog), the delta's (the journal), or items joined for a small
+document (an application's instances, a VIP's, a long-poll's changes). Putting one together
+costs what changed since the last time, not what the registry holds. The response cache keeps
+what these return.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from registry.codec import Format, shape
+from registry.common.hashcode import reconcile_hash
+from registry.core.model import InstanceStatus
+from registry.core.registry import Registry
+from registry.reads.catalog import Catalog
+from registry.reads.encoded import Block, Document, application_block
+from registry.reads.journal import DeltaJournal, Entry
+
+# A full fetch always says "1": clients treat "-1" as "never fetch deltas" (contract 9.3).
+FULL_FETCH_VERSION = "1"
+VIP_VERSION = "-1"
+_TAILS = {fmt: Block(shape(fmt).APPLICATIONS_TAIL) for fmt in Format}  # compressed once
+
+
+def full_registry(registry: Registry, catalog: Catalog, fmt: Format, *, now: float) -> Document:
+    """Every application with all its instances, expired-but-not-evicted included."""
+    blocks = [catalog.block(name, fmt, now=now) for name, _ in registry.applications()]
+    return _applications(registry, fmt, blocks, FULL_FETCH_VERSION)
+
+
+def delta(registry: Registry, journal: DeltaJournal, fmt: Format, *, now_ms: int) -> Document:
+    """Recent changes, versioned by the registry index, hashed over the whole registry."""
+    blocks = journal.delta_blocks(fmt, now_ms=now_ms)
+    return _applications(registry, fmt, blocks, str(registry.index))
+
+
+def changes(registry: Registry, changed: list[tuple[str, list[Entry]]], fmt: Format) -> Document:
+    """A delta of the changes a long-poll asked for, versioned and hashed like `delta`."""
+    blocks = [
+        application_block(fmt, app, [e.item(fmt) for e in entries]) for app, entries in changed
+    ]
+    return _applications(registry, fmt, blocks, str(registry.index))
+
+
+def application(
+    registry: Registry, catalog: Catalog, name: str, fmt: Format, *, now: float
+) -> Document:
+    codec = shape(fmt)
+    block = catalog.block(name, fmt, now=now)
+    if fmt is Format.JSON:
+        block = block.rest()
+    blocks = [Block(codec.APPLICATION_HEAD), block, Block(codec.APPLICATION_TAIL)]
+    return Document([b for b in blocks if len(b)], registry.index)
+
+
+def vip(
+    registry: Registry, catalog: Catalog, address: str, fmt: Format, *, secure: bool
+) -> Document | None:
+    """The instances whose comma-separated (secure) VIP address names `address`, by
+    application, hashed over its own content; None when no instance has it."""
+    codec = shape(fmt)
+    blocks: list[Block] = []
+    statuses: list[InstanceStatus] = []
+    for name in catalog.vip_applications(address, secure=secure):
+        chosen = []
+        for lease in registry.application(name):
+            instance = lease.instance
+            vips = instance.secure_vip_address if secure else instance.vip_address
+            if vips and address in vips.split(","):
+                chosen.append(lease)
+                statuses.append(instance.status)
+        if chosen:
+            items = catalog.items(name, fmt, chosen)
+            blocks.append(application_block(fmt, name, items))
+    if not blocks:
+        return None
+    head = codec.applications_head(version=VIP_VERSION, hashcode=reconcile_hash(statuses))
+    return _document(registry, fmt, head, blocks)
+
+
+def no_vip(registry: Registry, fmt: Format) -> Document:
+    """The answer for a VIP no instance has: no applications."""
+    head = shape(fmt).applications_head(version=VIP_VERSION, hashcode="")
+    return _document(registry, fmt, head, [])
+
+
+def _applications(registry: Registry, fmt: Format, blocks: list[Block], version: str) -> Document:
+    head = shape(fmt).applications_head(version=version, hashcode=registry.reconcile_hash())
+    return _document(registry, fmt, head, blocks)
+
+
+def _document(registry: Registry, fmt: Format, head: bytes, blocks: Iterable[Block]) -> Document:
+    parts = list(blocks)
+    if parts and fmt is Format.JSON:
+        parts[0] = parts[0].rest()  # no separator before the first application
+    return Document([Block(head), *parts, _TAILS[fmt]], registry.index)

@@ -1,0 +1,155 @@
+"""py-eureka-client, unmodified from PyPI, against a server this test starts.
+
+The client runs in its own process (its heartbeat thread never stops on its own) and heartbeats
+every second, so the whole story takes seconds. It sends `Accept: */*`, so it reads XML.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from aiohttp.test_utils import TestServer
+
+from registry import Settings, SystemClock, create_app
+from registry.appkeys import REGISTRY
+from registry.core.registry import Registry
+from registry.errors import UnknownInstance
+from tests.helpers import eventually
+
+AGENT = Path(__file__).with_name("py_eureka_agent.py")
+APP = "PYCLIENT"
+IID = "127.0.0.1:pyclient:9999"
+POLL = 0.05  # how often the test looks at the registry while the real client works
+TIMEOUT = 20.0
+
+pytestmark = pytest.mark.slow
+
+
+class Agent:
+    def __init__(self, process: asyncio.subprocess.Process) -> None:
+        self.process = process
+
+    async def ask(self, command: str) -> dict:
+        assert self.process.stdin is not None and self.process.stdout is not None
+        self.process.stdin.write(command.encode() + b"\n")
+        await self.process.stdin.drain()
+        return await self.answer()
+
+    async def answer(self) -> dict:
+        assert self.process.stdout is not None
+        line = await asyncio.wait_for(self.process.stdout.readline(), TIMEOUT)
+        assert line, "the client process ended early"
+        return json.loads(line)
+
+
+def status_in(registry: Registry) -> str | None:
+    try:
+        return registry.get(APP, IID, now_ms=SystemClock().wall_ms()).instance.status.value
+    except UnknownInstance:
+        return None
+
+
+def renewals(registry: Registry) -> int:
+    return registry.get(APP, IID, now_ms=SystemClock().wall_ms()).last_renewal_ms
+
+
+@contextlib.asynccontextmanager
+async def running_agent(url: str) -> AsyncIterator[Agent]:
+    """The client in its own process, against `url`, heartbeating every second."""
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        str(AGENT),
+        url,
+        APP.lower(),
+        "9999",
+        "1",
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+    )
+    try:
+        yield Agent(process)
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+
+
+@pytest.fixture
+def blockbuster():
+    """The client process is outside this loop; the server half is covered elsewhere."""
+    return None
+
+
+async def test_py_eureka_client_lifecycle(aiohttp_client):
+    """Register, heartbeat, fetch, override, re-register, delete override, stop."""
+    server = TestServer(create_app(Settings(eviction_interval=1)), host="127.0.0.1")
+    client = await aiohttp_client(server)
+    registry = client.app[REGISTRY]
+    url = f"http://127.0.0.1:{server.port}/eureka/"
+    async with running_agent(url) as agent:
+        assert "started" == (await agent.answer())["event"]
+        assert "UP" == status_in(registry)
+
+        # Heartbeats arrive, and the client's own fetched copy holds its instance.
+        first = renewals(registry)
+        await eventually(
+            lambda: renewals(registry) > first, timeout=TIMEOUT, what="a heartbeat arrives"
+        )
+        view = await agent.ask("view")
+        assert {APP: {IID: "UP"}} == view["applications"]
+
+        # An admin takes it out of service: heartbeats and re-registration keep it so.
+        response = await client.put(f"/eureka/apps/{APP}/{IID}/status?value=OUT_OF_SERVICE")
+        assert 200 == response.status
+        marked = renewals(registry)
+        await eventually(
+            lambda: renewals(registry) > marked + 1500, timeout=TIMEOUT, what="two more heartbeats"
+        )
+        assert "OUT_OF_SERVICE" == status_in(registry)
+        assert "registered" == (await agent.ask("register"))["event"]
+        assert "OUT_OF_SERVICE" == status_in(registry)
+
+        async def client_sees(status: str) -> None:
+            deadline = asyncio.get_running_loop().time() + TIMEOUT
+            while (await agent.ask("view"))["applications"].get(APP, {}).get(IID) != status:
+                assert asyncio.get_running_loop().time() < deadline, f"client never saw {status}"
+                await asyncio.sleep(POLL)
+
+        await client_sees("OUT_OF_SERVICE")
+
+        # Deleting the override: UNKNOWN, a 404 on the next heartbeat, re-registration, UP.
+        assert 200 == (await client.delete(f"/eureka/apps/{APP}/{IID}/status")).status
+        await eventually(
+            lambda: status_in(registry) == "UP", timeout=TIMEOUT, what="the client re-registers UP"
+        )
+        await client_sees("UP")
+
+        # Stopping the client cancels its instance.
+        assert "stopped" == (await agent.ask("stop"))["event"]
+        assert None is status_in(registry)
+        assert 0 == await asyncio.wait_for(agent.process.wait(), TIMEOUT)
+
+
+async def test_py_eureka_client_with_credentials_in_its_url(aiohttp_client):
+    """Stock clients send Basic credentials from `http://user:pass@host/eureka/` URLs."""
+    settings = Settings(client_credentials=("svc:s3cret",), admin_credentials=("ops:adm1n",))
+    server = TestServer(create_app(settings), host="127.0.0.1")
+    client = await aiohttp_client(server)
+    registry = client.app[REGISTRY]
+    url = f"http://svc:s3cret@127.0.0.1:{server.port}/eureka/"
+    async with running_agent(url) as agent:
+        assert "started" == (await agent.answer())["event"]
+        assert "UP" == status_in(registry)
+        first = renewals(registry)
+        await eventually(
+            lambda: renewals(registry) > first, timeout=TIMEOUT, what="a heartbeat arrives"
+        )
+        assert {APP: {IID: "UP"}} == (await agent.ask("view"))["applications"]
+        assert "stopped" == (await agent.ask("stop"))["event"]
+        assert None is status_in(registry)
