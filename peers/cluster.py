@@ -1,5 +1,6 @@
-"""This node's peers: a dispatcher for each, the outbox the registry hands its changes to, and
-the list itself, which a reload can change while the node runs.
+"""This node's peers: a dispatcher for each, fed by the registry with the commands this node
+received from clients and admins (`on_replicate`), and the list itself, which a reload can
+change while the node runs.
 
 A node skips its own URL in the list (contract 11.1): the one `my_url` names, or one whose
 port is ours and whose host is one of this machine's names or addresses.
@@ -22,6 +23,7 @@ from peers.transport import PeerClient, new_session
 from registry.common.clock import Clock
 from registry.core.model import InstanceStatus, ReplicationAction
 from registry.core.registry import Registry
+from registry.core.subscriber import Subscriber
 from registry.settings import Settings
 
 log = structlog.get_logger()
@@ -29,7 +31,7 @@ log = structlog.get_logger()
 DRAIN_TIMEOUT = 3.0  # seconds a stopping node spends sending what its peers are owed
 
 
-class Cluster:
+class Cluster(Subscriber):
     def __init__(
         self,
         registry: Registry,
@@ -84,7 +86,6 @@ class Cluster:
                 self._runs[url] = asyncio.create_task(dispatcher.run(), name=f"replicate {url}")
                 log.info("peer_added", peer=url)
         self._fanout = tuple(self.dispatchers.values())
-        self._registry.outbox = self if self._fanout else None
 
     def clients(self) -> list[PeerClient]:
         return [dispatcher.peer for dispatcher in self.dispatchers.values()]
@@ -97,7 +98,7 @@ class Cluster:
         port = parts.port or (443 if parts.scheme == "https" else 80)
         return port == self._settings.port and (parts.hostname or "") in self._local_names
 
-    def __call__(
+    def on_replicate(
         self,
         action: ReplicationAction,
         app: str,
@@ -106,7 +107,9 @@ class Cluster:
         last_dirty_ms: int | None = None,
         at_ms: int | None = None,
     ) -> None:
-        """The registry's outbox: queue one client-originated change for every peer."""
+        """Queue a command this node received from a client or an admin for every peer."""
+        if not self._fanout:  # a single node: heartbeats pay for nothing more
+            return
         task = Task(action, app, instance_id, self._clock.monotonic(), status, last_dirty_ms, at_ms)
         for dispatcher in self._fanout:
             dispatcher.enqueue(task)
@@ -142,7 +145,7 @@ class Cluster:
             run.cancel()
         await asyncio.gather(*self._runs.values(), return_exceptions=True)
         self._runs.clear()
-        self._registry.outbox = None
+        self._fanout = ()
         if self._session is not None:
             await self._session.close()
 

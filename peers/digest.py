@@ -19,22 +19,22 @@ from collections.abc import Iterable
 from registry.common.tasks import Pacer
 from registry.core.model import ChangeEvent, LeaseRecord
 from registry.core.registry import Registry
+from registry.core.subscriber import Subscriber
 from registry.core.tombstones import Tombstone
 
 
-class Digests:
+class Digests(Subscriber):
     def __init__(self, registry: Registry) -> None:
         self._registry = registry
         self._digests: dict[str, str] = {}
         self._stale: set[str] = set()
         self._all_stale = True
-        registry.subscribe(self.on_change, self.loaded)
 
     def on_change(self, event: ChangeEvent) -> None:
         """Registry listener: the instance's application is to be digested again."""
         self._stale.add(event.lease.instance.app)
 
-    def loaded(self, _registry: Registry) -> None:
+    def on_load(self, _registry: Registry) -> None:
         self._all_stale = True
 
     async def current(self, pacer: Pacer | None = None) -> dict[str, str]:

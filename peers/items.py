@@ -71,7 +71,7 @@ def encode(task: Task, registry: Registry, *, now_ms: int) -> dict[str, Any] | N
     else:
         item["lastDirtyTimestamp"] = task.last_dirty_ms
         item["status"] = (task.status or InstanceStatus.UNKNOWN).value
-        note = registry.notes.of(task.instance_id, task.status) if task.status else None
+        note = registry.overrides.notes.of(task.instance_id, task.status) if task.status else None
         if task.action is _A.STATUS_UPDATE and note is not None and note.set_ms == task.at_ms:
             item |= note_fields(note)
         elif task.action is _A.STATUS_UPDATE and task.at_ms is not None:

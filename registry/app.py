@@ -44,7 +44,7 @@ from registry.codec import Format
 from registry.common.clock import Clock, SystemClock
 from registry.common.tasks import SLICE, Loops, Pacer
 from registry.core.eviction import Evictor
-from registry.core.preservation import MINUTE, SelfPreservation
+from registry.core.preservation import SelfPreservation
 from registry.core.quotas import CredentialQuotas
 from registry.core.registry import Registry
 from registry.health import heap
@@ -107,19 +107,22 @@ def create_app(
         min_instances=settings.self_preservation_min_instances,
         recount_interval=settings.renewal_threshold_update_interval,
         accept_lasting_drop=settings.self_preservation_accept_lasting_drop,
+        window=settings.renewal_window,
     )
     catalog = Catalog(registry, max_age=settings.response_cache_max_age)
-    # The journal needs no word of a bulk load: what it brings back is no change to list.
-    registry.subscribe(journal.record)
-    registry.subscribe(catalog.on_change, catalog.loaded)
-    registry.subscribe(cache.invalidate, cache.clear)
-    registry.subscribe(
-        preservation.on_change, preservation.loaded, first_renewal=preservation.first_renewal
-    )
     feed = ChangeFeed(registry, clock, journal)
-    registry.subscribe(feed.on_change, feed.loaded)
     counts = InstanceCounts()
-    registry.subscribe(counts.on_change, counts.loaded)
+    cluster = Cluster(registry, clock, settings)
+    digests = Digests(registry)
+    quotas = (
+        CredentialQuotas(per_credential=settings.max_instances_per_credential)
+        if settings.max_instances_per_credential
+        else None
+    )
+    # Who the registry tells, in this order (the store writer joins as the app starts: _store).
+    for part in (journal, catalog, cache, preservation, feed, counts, digests, quotas, cluster):
+        if part is not None:
+            registry.subscribe(part)
     app[SETTINGS] = settings
     app[CLOCK] = clock
     app[REGISTRY] = registry
@@ -138,20 +141,15 @@ def create_app(
     app[CONNECTIONS] = Connections(per_address=settings.max_connections_per_address)
     app[PAGES] = Recent(max_age=PAGE_MAX_AGE)
     app[MEMORY] = MemoryGuard(0)  # its watermark is found as the app starts (_memory)
-    app[QUOTAS] = None
-    if settings.max_instances_per_credential:
-        quotas = app[QUOTAS] = CredentialQuotas(
-            per_credential=settings.max_instances_per_credential
-        )
-        registry.subscribe(quotas.on_change)
+    app[QUOTAS] = quotas
     app[LIMITER] = (
         FetchLimiter(rate=settings.fetch_rate_limit, burst=settings.fetch_burst)
         if settings.fetch_rate_limit
         else None
     )
     app[CREDENTIALS] = Credentials(settings) if settings.secured else None
-    app[CLUSTER] = Cluster(registry, clock, settings)
-    app[DIGESTS] = Digests(registry)
+    app[CLUSTER] = cluster
+    app[DIGESTS] = digests
     add_routes(app)
     app.on_shutdown.append(_drain)
     app.cleanup_ctx.append(_stopped)  # first, so that it ends last
@@ -370,7 +368,7 @@ async def _store(app: web.Application) -> AsyncIterator[None]:
             refuse_corrupt=settings.refuse_corrupt_store,
         )
         # Before the restore, which tells of overrides the store's table lacks (see Registry.load).
-        registry.subscribe(writer.on_change, overrides=writer.on_override)
+        registry.subscribe(writer)
         # Before serving: nothing else allocates meanwhile.
         app[LIFECYCLE].move(Phase.RESTORING, f"reading {writer.path}")
         with heap.collections_paused(then_freeze=settings.gc_freeze_interval > 0):
@@ -444,7 +442,7 @@ async def _evictor(app: web.Application) -> AsyncIterator[None]:
     )
     loops = Loops(clock)
     loops.every(settings.eviction_interval, evictor.sweep, name="eviction")
-    loops.every(MINUTE, evictor.end_minute, name="renewal_count")
+    loops.every(settings.renewal_window, evictor.end_minute, name="renewal_count")
     loops.every(
         settings.renewal_threshold_update_interval,
         evictor.recount,
@@ -468,7 +466,7 @@ async def _journal_cleaner(app: web.Application) -> AsyncIterator[None]:
             cache.drop_delta()
         while registry.tombstones.purge(now_ms=now_ms, limit=SLICE):
             await pacer.pace()
-        registry.notes.purge_removals(before_ms=now_ms - registry.tombstones.retention_ms)
+        registry.overrides.notes.purge_removals(before_ms=now_ms - registry.tombstones.retention_ms)
 
     async def refresh() -> None:
         await catalog.refresh(

@@ -55,6 +55,9 @@ class Settings:
     self_preservation: bool = True
     renewal_percent_threshold: float = 0.85
     renewal_threshold_update_interval: float = 15 * MINUTES
+    # Renewals are counted, and eviction capped, per this window: Eureka's minute. Shorter only
+    # where waiting minutes is not an option (a test of self-preservation on a real process).
+    renewal_window: float = 1 * MINUTES
     self_preservation_min_instances: int = 10  # smaller registries always evict
     self_preservation_accept_lasting_drop: bool = True  # held a whole recount: a scale-down
     # Delta journal
@@ -135,6 +138,7 @@ class Settings:
         for key in (
             "eviction_interval",
             "renewal_threshold_update_interval",
+            "renewal_window",
             "delta_retention",
             "delta_cleanup_interval",
             "activity_log_interval",

@@ -14,7 +14,7 @@ import random
 from dataclasses import dataclass, field
 from urllib.parse import unquote, urlsplit, urlunsplit
 
-from aiohttp import BasicAuth
+from aiohttp import encode_basic_auth
 
 MIN_REST = 1.0  # seconds a failed server rests after its first failure
 MAX_REST = 60.0
@@ -47,7 +47,7 @@ def parse_servers(urls: str) -> list[Server]:
         authorization = None
         if parts.username is not None:
             user, password = unquote(parts.username), unquote(parts.password or "")
-            authorization = BasicAuth(user, password, encoding="utf-8").encode()
+            authorization = encode_basic_auth(user, password, encoding="utf-8")
         netloc = parts.hostname if ":" not in parts.hostname else f"[{parts.hostname}]"
         if parts.port is not None:
             netloc += f":{parts.port}"

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import inspect
 import time
 from collections.abc import Awaitable, Callable, Hashable
@@ -74,6 +73,8 @@ class Loops:
             pause = min(RESTART_PAUSE_MAX, pause * 2)
 
     async def stop(self) -> None:
+        for task in self._tasks:  # all at once: a stop cancelled while it waits leaves none
+            task.cancel()
         for task in self._tasks:
             await cancel_and_wait(task)
         self._tasks.clear()
@@ -85,10 +86,22 @@ class Loops:
 
 
 async def cancel_and_wait(task: asyncio.Task[None]) -> None:
-    """Cancel a background task and wait for it, swallowing only its own cancellation."""
+    """Cancel a background task and wait for it, swallowing only its own cancellation: a caller
+    cancelled while it waits (a task may take a while to stop) ends cancelled too, rather than
+    carrying on as if only the task had been."""
+    current = asyncio.current_task()
+    cancels = current.cancelling() if current is not None else 0
     task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
+    try:
         await task
+    except asyncio.CancelledError:
+        if current is not None and current.cancelling() > cancels:
+            raise
+        return
+    # A task that swallowed its cancellation wakes its waiter as if nothing had been cancelled,
+    # even one that was (asyncio forwards the waiter's cancel to the task it waits for).
+    if current is not None and current.cancelling() > cancels:
+        raise asyncio.CancelledError
 
 
 async def wait_set(clock: Clock, event: asyncio.Event, timeout: float) -> bool:

@@ -1,9 +1,13 @@
 """The core: what the registry holds and the commands that change it. Pure: no IO, no awaits
-in a command, time passed in; it imports nothing of the read side, HTTP, the store or peers.
+in a command, time passed in; it imports nothing of the read side, HTTP, the store, the codecs
+or peers.
 
 - `model`: instances as clients describe them, their leases, and the change events.
-- `registry`: `Registry`, the only owner of state; its commands tell its `Subscriber`s.
-- `overrides`: admins' status overrides, their notes (why, who, until when) and removals.
+- `registry`: `Registry`, the only owner of state, and its commands on instances and leases;
+  `override_commands` holds its commands on admins' overrides (a base of the class).
+- `subscriber`: how the registry tells the parts that follow it (`Registry.subscribe`).
+- `overrides`: the overrides' state: the status each holds, notes (why, who, until when),
+  removals, and the telling of their changes.
 - `tombstones`: removals remembered, so that no late copy brings an instance back.
 - `preservation` and `eviction`: when leases that stopped renewing may go, and the sweep.
 - `quotas`: instances per client credential.

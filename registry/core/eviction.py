@@ -3,10 +3,11 @@
 Each sweep asks self-preservation whether eviction may run, finds the expired leases, and evicts
 at most `max_fraction` of the registry (15 %, Eureka's cap), chosen at random so that no
 application loses all its instances first. While self-preservation applies, the cap counts
-every sweep of the last minute: Eureka sweeps once a minute, and renewals are counted by the
-minute, so eviction must not outrun the count that would hold it. Scanning and evicting give
-the event loop a turn every millisecond of work, so even 100 000 expired leases never hold
-up heartbeats; each lease is checked again when its turn comes, since it may have renewed.
+every sweep of the last minute (self-preservation's `window`, so the two never disagree):
+Eureka sweeps once a minute, and renewals are counted by the minute, so eviction must not
+outrun the count that would hold it. Scanning and evicting give the event loop a turn every
+millisecond of work, so even 100 000 expired leases never hold up heartbeats; each lease is
+checked again when its turn comes, since it may have renewed.
 
 A sweep that runs late (a stalled loop, a suspended VM) adds its lateness to every lease's
 grace, so instances that kept renewing are never evicted for the server's own delay.
@@ -23,7 +24,7 @@ import structlog
 from registry.common.clock import Clock
 from registry.common.tasks import SLICE, Pacer
 from registry.core.model import InstanceInfo, Lease
-from registry.core.preservation import MINUTE, SelfPreservation
+from registry.core.preservation import SelfPreservation
 from registry.core.registry import Registry
 
 log = structlog.get_logger()
@@ -47,14 +48,14 @@ class Evictor:
         self._max_fraction = max_fraction
         self._rng = rng or random.Random()
         self._last_run = clock.monotonic()
-        self._recent: deque[tuple[float, int]] = deque()  # (when, how many) in the last minute
+        self._recent: deque[tuple[float, int]] = deque()  # (when, how many) in the last window
 
     def limit(self, size: int) -> int:
         """How many leases one sweep may evict from a registry of `size` (contract 8, step 4)."""
         return size - int(size * (1 - self._max_fraction))
 
     def _budget(self, size: int, now: float, per_minute: bool) -> int:
-        while self._recent and self._recent[0][0] <= now - MINUTE:
+        while self._recent and self._recent[0][0] <= now - self._preservation.window:
             self._recent.popleft()
         spent = sum(count for _, count in self._recent) if per_minute else 0
         return max(0, self.limit(size) - spent)
@@ -126,6 +127,7 @@ class Evictor:
         )
 
     def end_minute(self) -> None:
+        """The end of a window of counting renewals: every `preservation.window` seconds."""
         self._preservation.end_minute(self._registry.renewals)
 
     def _slices(self) -> Iterator[list[Lease]]:

@@ -1,20 +1,21 @@
-"""What an admin said with an override: why, when, until when, and who.
+"""Admins' status overrides: the status each holds, what the admin said with it, and when
+overrides were removed.
 
-The registry holds each override's status (the rule chain reads only that) and, in
-`Registry.notes`, these notes of the rest, keyed by instance id: set, taken from peers,
-forgotten and expired only through the registry's commands. A note belongs to the status it
-was given for: when the override changes without one (an admin who gave no reason), the old
-note no longer applies and is not shown or written. Notes travel to peers beside the
-replicated override and in the digest answer (their wire form: registry/codec/notes.py).
+`Overrides` is the registry's part for them (`Registry.overrides`): a read-only mapping of
+instance id to override status (the rule chain reads only that), with the `notes` of the rest
+(why, when, until when, who), changed only through the registry's commands, which call the
+methods here. Every change is told to the override subscribers (`Subscriber.on_override`) as
+an `OverrideChange`: the store writes and records those, and needs to compare nothing.
 
-Every command that changes an override (or its note) tells the registry's override
-subscribers with an `OverrideChange`: the store writes and records those, and needs to compare
-nothing.
+A note belongs to the status it was given for: when the override changes without one (an
+admin who gave no reason), the old note no longer applies and is not shown or written. Notes
+travel to peers beside the replicated override and in the digest answer (their wire form:
+registry/codec/notes.py).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -134,3 +135,137 @@ class OverrideNotes:
                 del self._notes[iid]  # the override it described is gone or changed
             elif note.expires_ms is not None and note.expires_ms <= now_ms:
                 yield iid, note
+
+
+class Overrides(Mapping[str, InstanceStatus]):
+    """The overrides in force (instance id -> status), their notes and removals, and who is
+    told of their changes. Which of two decisions on an instance is later is decided here, by
+    the times of the notes and removals, so that every node keeps the latest."""
+
+    def __init__(self) -> None:
+        self._status: dict[str, InstanceStatus] = {}
+        self.get = self._status.get  # type: ignore[method-assign]  # the heartbeat's lookup
+        self.notes = OverrideNotes()
+        self._listeners: list[Callable[[OverrideChange], None]] = []
+
+    def __getitem__(self, instance_id: str) -> InstanceStatus:
+        return self._status[instance_id]
+
+    def __contains__(self, instance_id: object) -> bool:
+        return instance_id in self._status
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._status)
+
+    def __len__(self) -> int:
+        return len(self._status)
+
+    def listen(self, listener: Callable[[OverrideChange], None]) -> None:
+        self._listeners.append(listener)
+
+    def note_of(self, instance_id: str) -> Note | None:
+        """The note of the override in force on `instance_id`, if it has one."""
+        status = self._status.get(instance_id)
+        return None if status is None else self.notes.of(instance_id, status)
+
+    def older_than(self, instance_id: str, at_ms: int) -> bool:
+        """Whether this node's last word on the instance's override (set, or removed) is
+        older than `at_ms` (or it has none). An override without a note (taken from a stock
+        peer's copy) has no known time: any decision with one is newer."""
+        if instance_id in self._status:
+            note = self.note_of(instance_id)
+            return note is None or note.set_ms < at_ms
+        removed_ms = self.notes.removed_at(instance_id)
+        return removed_ms is None or removed_ms < at_ms
+
+    def set(
+        self,
+        app: str,
+        instance_id: str,
+        status: InstanceStatus,
+        note: Note | None,
+        *,
+        at_ms: int,
+        by: str | None = None,
+    ) -> None:
+        """An admin's decision (here or a peer's), told even when nothing but the note
+        changed, or nothing at all: it is written again. Without a note, a note given for
+        another status goes: it must not come back."""
+        self._status[instance_id] = status
+        if note is not None:
+            self.notes.note(instance_id, note)
+        elif self.notes.of(instance_id, status) is None:
+            self.notes.forget(instance_id)
+        self.tell(OverrideAction.SET, app, instance_id, at_ms, by)
+
+    def take(self, app: str, instance_id: str, status: InstanceStatus, now_ms: int) -> bool:
+        """An override a copy carries (a stock peer's registration or heartbeat, a store row):
+        taken where this node holds none and removed none, since its time is unknown. Whether
+        it was taken."""
+        if instance_id in self._status or self.notes.removed_at(instance_id) is not None:
+            return False
+        self._status[instance_id] = status
+        self.tell(OverrideAction.SET, app, instance_id, now_ms)
+        return True
+
+    def remove(
+        self,
+        app: str,
+        instance_id: str,
+        action: OverrideAction,
+        *,
+        now_ms: int,
+        at_ms: int,
+        by: str | None = None,
+    ) -> InstanceStatus | None:
+        """The override goes, removed as of `at_ms`; the status it held, None when there was
+        none. The removal is remembered either way: a set older than it, arriving later from
+        a peer, must lose to it."""
+        status = self._status.pop(instance_id, None)
+        self.notes.removed(instance_id, app, at_ms)
+        if status is not None:
+            self.tell(action, app, instance_id, now_ms, by)
+        return status
+
+    def take_notes(self, theirs: Iterable[tuple[str, Note]]) -> list[str]:
+        """A peer's notes, for the overrides held here with the same status that lack one or
+        hold an older one (start-up sync, anti-entropy); the instance ids of those taken."""
+        taken = self.notes.take(theirs, self._status)
+        for iid in taken:
+            note = self.note_of(iid)
+            assert note is not None  # just taken
+            self.tell(OverrideAction.SET, note.app, iid, note.set_ms, note.by)
+        return taken
+
+    def expired(self, now_ms: int) -> list[tuple[str, Note]]:
+        """The overrides in force whose expiry has come."""
+        return list(self.notes.expired(self._status, now_ms))
+
+    def restore(
+        self,
+        overrides: Mapping[str, InstanceStatus],
+        notes: Iterable[tuple[str, Note]],
+        removals: Iterable[tuple[str, str, int]],
+    ) -> None:
+        """A store's overrides, notes and removals (a warm restart): no one is told, the store
+        holds them already."""
+        for iid, app, at_ms in removals:
+            self.notes.removed(iid, app, at_ms)
+        self._status.update(overrides)
+        for iid, note in notes:
+            self.notes.note(iid, note)
+
+    def tell(
+        self,
+        action: OverrideAction,
+        app: str,
+        instance_id: str,
+        at_ms: int,
+        by: str | None = None,
+    ) -> None:
+        """Tell the listeners what the override of `instance_id` (and its note) now is."""
+        status = self._status.get(instance_id)
+        note = None if status is None else self.notes.of(instance_id, status)
+        change = OverrideChange(action, app, instance_id, status, at_ms, note, by)
+        for listener in self._listeners:
+            listener(change)

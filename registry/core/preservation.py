@@ -28,6 +28,9 @@ Where we differ, and why:
 * registrations count even when `E` fell to 0 (Eureka stops counting until the next recount,
   which disables eviction after a registry empties).
 
+The minute is `window` (the `renewal_window` setting, Eureka's 60 s by default, shorter only
+where a test must not wait for minutes): every "per minute" here is per window.
+
 Pure: the eviction task feeds it the registry's changes, renewal totals and the time.
 """
 
@@ -40,11 +43,12 @@ from operator import attrgetter
 from typing import TYPE_CHECKING
 
 from registry.core.model import ActionType, ChangeEvent, InstanceInfo, Lease
+from registry.core.subscriber import Subscriber
 
 if TYPE_CHECKING:
     from registry.core.registry import Registry
 
-MINUTE = 60.0
+MINUTE = 60.0  # Eureka's window for counting renewals, the default of `window`
 EUREKA_INTERVAL = 30.0  # Eureka's expected renewal interval
 _RENEWAL_SECONDS = attrgetter("instance.renewal_interval_secs")
 _INITIAL = {EUREKA_INTERVAL: 1}  # the one client Spring's server expects before any registers
@@ -74,7 +78,7 @@ class Verdict:
     guarding: bool = True  # whether self-preservation applies to the registry now
 
 
-class SelfPreservation:
+class SelfPreservation(Subscriber):
     def __init__(
         self,
         *,
@@ -83,11 +87,13 @@ class SelfPreservation:
         min_instances: int = 10,
         recount_interval: float = 15 * MINUTE,
         accept_lasting_drop: bool = True,
+        window: float = MINUTE,
     ) -> None:
         self.enabled = enabled
         self.percent = percent
         self.min_instances = min_instances
         self.recount_interval = recount_interval
+        self.window = window  # seconds renewals are counted over: the "minute"
         self.accept_lasting_drop = accept_lasting_drop
         # Clients by renewal interval: E is their total, the expectation their renewal rate.
         self._expected: Counter[float] = Counter(_INITIAL)
@@ -112,7 +118,7 @@ class SelfPreservation:
         interval_ms = SelfPreservation.interval_of(lease.instance) * 1000
         return lease.renewed and now_ms - lease.last_renewal_ms <= RECENT_INTERVALS * interval_ms
 
-    def first_renewal(self, lease: Lease) -> None:
+    def on_first_renewal(self, lease: Lease) -> None:
         """Registry hook: a lease renewed for the first time is a client from now on."""
         interval = self.interval_of(lease.instance)
         self._registered[interval] += 1
@@ -140,7 +146,7 @@ class SelfPreservation:
             _decrement(self._expected, self.interval_of(previous))
             self._expected[interval] += 1
 
-    def loaded(self, registry: Registry) -> None:
+    def on_load(self, registry: Registry) -> None:
         """Registry hook after a bulk load into an empty registry: every restored lease was
         a client renewing before the restart."""
         # Counted by the seconds clients gave first, in C: a warm restart loads 100 000.
@@ -151,7 +157,7 @@ class SelfPreservation:
             self._expected[interval] += count
 
     def end_minute(self, renewals_total: int) -> None:
-        """Called every minute with the registry's running renewal total."""
+        """Called every `window` seconds with the registry's running renewal total."""
         self.renewals_last_minute = renewals_total - self._renewals_at_minute_start
         self._renewals_at_minute_start = renewals_total
 
@@ -174,7 +180,7 @@ class SelfPreservation:
                 f"(eviction had been held for {held_for / MINUTE:.0f} min)"
             )
             return
-        counted = _per_minute(self._registered)
+        counted = _per_window(self._registered, self.window)
         if not self.enabled or recount_accepted(counted, self.expected_per_minute, self.percent):
             self._expected = +self._registered or Counter(_INITIAL)
             self._uncounted_before_ms = 0
@@ -193,11 +199,17 @@ class SelfPreservation:
 
     @property
     def expected_per_minute(self) -> float:
-        return _per_minute(self._expected)
+        """The renewals expected in a window (a minute, unless the window was shortened)."""
+        return _per_window(self._expected, self.window)
 
     @property
     def threshold(self) -> int:
         return renewal_threshold(self.expected_per_minute, self.percent)
+
+    @property
+    def _minute(self) -> str:
+        """The counting window in words: Eureka's "minute", or the seconds a test set."""
+        return "minute" if self.window == MINUTE else f"{self.window:g} s"
 
     def needs_live_count(self, now: float) -> bool:
         """Whether the next recount may accept a lasting drop, and so needs the renewing leases."""
@@ -222,14 +234,17 @@ class SelfPreservation:
             )
         renewals, threshold = self.renewals_last_minute, self.threshold
         if renewals is None:
-            return Verdict(False, "counting renewals: the first minute is not over yet")
+            return Verdict(False, f"counting renewals: the first {self._minute} is not over yet")
         if expiration_enabled(threshold, renewals):
             return Verdict(
-                True, f"{renewals} renewals in the last minute, above the threshold of {threshold}"
+                True,
+                f"{renewals} renewals in the last {self._minute}, above the threshold of "
+                f"{threshold}",
             )
         return Verdict(
             False,
-            f"{renewals} renewals in the last minute, not above the threshold of {threshold} "
+            f"{renewals} renewals in the last {self._minute}, not above the threshold of "
+            f"{threshold} "
             f"({self.percent:g} of the {self.expected_per_minute:g} expected from "
             f"{self.expected_clients} clients): many leases stopped renewing at once, which "
             "looks like a network failure rather than instances dying. Eviction resumes when "
@@ -270,8 +285,8 @@ class SelfPreservation:
         }
 
 
-def _per_minute(clients: Counter[float]) -> float:
-    return sum(count * (MINUTE / interval) for interval, count in clients.items() if count > 0)
+def _per_window(clients: Counter[float], window: float) -> float:
+    return sum(count * (window / interval) for interval, count in clients.items() if count > 0)
 
 
 def _decrement(clients: Counter[float], interval: float) -> None:

@@ -11,12 +11,13 @@ from __future__ import annotations
 from collections import Counter
 
 from registry.core.model import ActionType, ChangeEvent
+from registry.core.subscriber import Subscriber
 from registry.errors import LimitReached
 
 InstanceKey = tuple[str, str]
 
 
-class CredentialQuotas:
+class CredentialQuotas(Subscriber):
     def __init__(self, *, per_credential: int) -> None:
         self.per_credential = per_credential
         self._owners: dict[InstanceKey, str] = {}

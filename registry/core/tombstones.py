@@ -55,12 +55,17 @@ def newer(a: Tombstone, b: Tombstone) -> Tombstone:
 class Tombstones:
     """The removals remembered, by application and instance id, purged at their retention."""
 
-    def __init__(self, *, retention_ms: int) -> None:
+    def __init__(self, *, retention_ms: int, margin_ms: int = 10_000) -> None:
         self.retention_ms = retention_ms
+        self.margin_ms = margin_ms  # see the rule in the module's docstring
         self._apps: dict[str, dict[str, Tombstone]] = {}
         self._due: list[tuple[int, str, str]] = []  # (at_ms, app, id): a heap, oldest first
         self._count = 0
         self._touched: set[str] = set()  # applications whose removals changed (`touched`)
+
+    def copy_wins(self, dirty_ms: int, renewed_ms: int, removal: Tombstone) -> bool:
+        """Whether a copy (its lastDirtyTimestamp, its last renewal) wins over `removal`."""
+        return copy_wins(dirty_ms, renewed_ms, removal, self.margin_ms)
 
     def get(self, app: str, instance_id: str) -> Tombstone | None:
         found = self._apps.get(app)

@@ -81,16 +81,16 @@ async def update_metadata(request: web.Request) -> web.Response:
 
 async def status_overrides(request: web.Request) -> web.Response:
     """GET /eureka/serverinfo/statusoverrides: every override in force, id -> status."""
-    overrides = {iid: status.value for iid, status in request.app[REGISTRY].overrides().items()}
+    overrides = {iid: status.value for iid, status in request.app[REGISTRY].overrides.items()}
     return web.Response(body=orjson.dumps(overrides), content_type="application/json")
 
 
 async def overrides(request: web.Request) -> web.Response:
     """GET {base}overrides: every override in force, with why, since when and until when."""
     registry = request.app[REGISTRY]
-    notes = registry.notes
+    notes = registry.overrides.notes
     listed = []
-    for iid, status in registry.overrides().items():
+    for iid, status in registry.overrides.items():
         note = notes.of(iid, status)
         listed.append(
             {
@@ -144,7 +144,8 @@ async def explain(request: web.Request) -> web.Response:
         params.app_name(request), request.match_info["id"], now_ms=request.app[CLOCK].wall_ms()
     )
     instance, decision = lease.instance, lease.decision
-    note = request.app[REGISTRY].notes.of(instance.instance_id, instance.overridden_status)
+    notes = request.app[REGISTRY].overrides.notes
+    note = notes.of(instance.instance_id, instance.overridden_status)
     body: dict[str, object] = {
         "app": instance.app,
         "instanceId": instance.instance_id,

@@ -39,11 +39,12 @@ from registry.appkeys import (
 )
 from registry.core.model import ActionType, ChangeEvent
 from registry.core.registry import Registry
+from registry.core.subscriber import Subscriber
 
 _APP_AND_STATUS = attrgetter("instance.app", "instance.status")
 
 
-class InstanceCounts:
+class InstanceCounts(Subscriber):
     """Registered instances by (application, status), kept up to date by change events."""
 
     def __init__(self) -> None:
@@ -56,8 +57,8 @@ class InstanceCounts:
         if event.action is not ActionType.DELETED:
             self.counts[(instance.app, instance.status.value)] += 1
 
-    def loaded(self, registry: Registry) -> None:
-        """Registry hook after a bulk load: count what it holds now."""
+    def on_load(self, registry: Registry) -> None:
+        """Count what the registry holds after a bulk load."""
         # Counted by (app, status) members first, in C: a warm restart loads 100 000.
         counts = Counter(map(_APP_AND_STATUS, registry.leases()))
         self.counts = Counter({(app, status.value): n for (app, status), n in counts.items()})

@@ -114,8 +114,8 @@ async def digests(request: web.Request) -> web.Response:
     body = {
         "index": registry.index,
         "applications": applications,
-        "overrideNotes": notes_document(registry.notes, registry.overrides()),
-        "overridesRemoved": removals_document(registry.notes),
+        "overrideNotes": notes_document(registry.overrides.notes, registry.overrides),
+        "overridesRemoved": removals_document(registry.overrides.notes),
     }
     return web.Response(body=orjson.dumps(body), content_type="application/json")
 

@@ -69,7 +69,7 @@ async def page(request: web.Request) -> web.Response:
 
 async def _render(request: web.Request, admin: bool) -> str:
     registry = request.app[REGISTRY]
-    notes = registry.notes
+    notes = registry.overrides.notes
     now_ms = request.app[CLOCK].wall_ms()
     leases = sorted(
         (lease for _, leases in registry.applications() for lease in leases),

@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Hashable, Iterable
 
 from registry.core.model import ChangeEvent, InstanceInfo
+from registry.core.subscriber import Subscriber
 from registry.reads.encoded import Document
 
 Key = tuple[Hashable, ...]
@@ -36,7 +37,7 @@ VIP = "vip"
 MAX_SINCE = 8
 
 
-class ResponseCache:
+class ResponseCache(Subscriber):
     def __init__(self, *, max_age: float | None = None, read_only: bool = False) -> None:
         """`max_age` (seconds) bounds how old a document can be, change or not: heartbeats
         do not rebuild documents, so it also bounds the age of their lastRenewalTimestamps."""
@@ -101,7 +102,7 @@ class ResponseCache:
                 del self._since[oldest]
                 self._drop((oldest,))
 
-    def invalidate(self, event: ChangeEvent) -> None:
+    def on_change(self, event: ChangeEvent) -> None:
         """Registry listener: drop every payload the change makes stale."""
         self._drop(self._global)
         self._global = set()
@@ -121,7 +122,7 @@ class ResponseCache:
         for name in vips:
             self._drop(self._by_vip.pop(name, ()))
 
-    def clear(self, _: object = None) -> None:
+    def on_load(self, _registry: object) -> None:
         """Drop every document (the registry was loaded in bulk)."""
         self._entries.clear()
         self._global, self._by_app, self._by_vip = set(), {}, {}

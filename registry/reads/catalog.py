@@ -32,6 +32,7 @@ from registry.codec import Format, Shape, shape
 from registry.common.tasks import Pacer, Shared, in_passes
 from registry.core.model import ActionType, ChangeEvent, InstanceInfo, Lease
 from registry.core.registry import Registry
+from registry.core.subscriber import Subscriber
 from registry.reads.encoded import Block, application_block, compress
 
 VipKey = tuple[bool, str]  # (secure, VIP name)
@@ -60,7 +61,7 @@ class _Encoded:
         self.built_at = 0.0  # monotonic seconds when the block was joined
 
 
-class Catalog:
+class Catalog(Subscriber):
     def __init__(self, registry: Registry, *, max_age: float | None = None) -> None:
         self._registry = registry
         self._max_age = max_age
@@ -87,7 +88,7 @@ class Catalog:
             for by_app in self._encoded.values():
                 by_app.pop(app, None)
 
-    def loaded(self, registry: Registry) -> None:
+    def on_load(self, registry: Registry) -> None:
         """Registry hook after a bulk load: index the VIPs of everything it now holds."""
         for fmt in Format:
             self._encoded[fmt].clear()

@@ -20,6 +20,7 @@ from registry.codec.json_codec import instance_dict
 from registry.common.clock import Clock
 from registry.core.model import ChangeEvent
 from registry.core.registry import Registry
+from registry.core.subscriber import Subscriber
 from registry.reads.fanout import FanOut
 from registry.reads.journal import DeltaJournal, Entry
 
@@ -27,7 +28,7 @@ _KEEP_ENCODED = 10_000  # encoded events kept for streams that are behind
 KEEPALIVE = 15.0  # seconds between beats: an idle watch stream sends a comment on each
 
 
-class ChangeFeed:
+class ChangeFeed(Subscriber):
     def __init__(self, registry: Registry, clock: Clock, journal: DeltaJournal) -> None:
         self._registry = registry
         self._clock = clock
@@ -53,7 +54,7 @@ class ChangeFeed:
         self.fanout.changed()
         self._wake()
 
-    def loaded(self, registry: Registry) -> None:
+    def on_load(self, registry: Registry) -> None:
         """Registry hook after a bulk load: wake everyone waiting."""
         self._wake()
 

@@ -21,6 +21,7 @@ from operator import attrgetter
 from registry.codec import Format, shape
 from registry.common.tasks import SLICE, Pacer, Shared, in_passes
 from registry.core.model import ActionType, ChangeEvent
+from registry.core.subscriber import Subscriber
 from registry.reads.encoded import Block, application_block
 
 
@@ -90,7 +91,7 @@ class _Changed:
         return block
 
 
-class DeltaJournal:
+class DeltaJournal(Subscriber):
     def __init__(self, *, retention_ms: int) -> None:
         self.retention_ms = retention_ms
         self._entries: deque[Entry] = deque()
@@ -98,7 +99,7 @@ class DeltaJournal:
         self.forgotten_index = 0  # the index of the newest change purged
         self._preparing = Shared()
 
-    def record(self, event: ChangeEvent) -> None:
+    def on_change(self, event: ChangeEvent) -> None:
         """Registry listener: remember one change."""
         entry = Entry(event)
         self._entries.append(entry)

@@ -64,7 +64,7 @@ def restore_missing(
     this run has neither (a client may have registered again meanwhile, and is newer) nor
     removed (a cancel or an override deleted meanwhile stays done). Returns how many instances
     came back."""
-    present = registry.overrides()
+    present = registry.overrides
     missing = [
         o
         for o in snapshot.overrides
@@ -72,7 +72,7 @@ def restore_missing(
     ]
     # The same override, handed over meanwhile by a peer without its note: the stored note
     # (reason, expiry, author) is taken back rather than lost.
-    registry.take_notes(
+    registry.overrides.take_notes(
         notes_of(o for o in snapshot.overrides if present.get(o.instance_id) is o.status)
     )
     registry.restore({o.instance_id: o.status for o in missing}, 0, notes_of(missing))

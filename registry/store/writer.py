@@ -34,6 +34,7 @@ from registry.common.clock import Clock
 from registry.core.model import ActionType, ChangeEvent, InstanceStatus, LeaseRecord, LeaseSnapshot
 from registry.core.overrides import Note, OverrideAction, OverrideChange
 from registry.core.registry import Registry
+from registry.core.subscriber import Subscriber
 from registry.errors import UnknownInstance
 from registry.store.sqlite import (
     BUSY_TIMEOUT_MS,
@@ -56,7 +57,7 @@ LateRestore = Callable[[Snapshot, set[InstanceKey], set[str]], None]
 FAILURES = (sqlite3.Error, OSError, ValueError, NewerSchema)
 
 
-class StoreWriter:
+class StoreWriter(Subscriber):
     def __init__(
         self,
         path: Path,
@@ -306,7 +307,7 @@ class StoreWriter:
             upserts=upserts,
             overrides_set=[
                 self._in_force(iid, status, now_ms)
-                for iid, status in self._registry.overrides().items()
+                for iid, status in self._registry.overrides.items()
             ],
             tombstones=list(self._registry.tombstones),
             index=self._registry.index,
@@ -316,7 +317,7 @@ class StoreWriter:
 
     def _in_force(self, iid: str, status: InstanceStatus, now_ms: int) -> StoredOverride:
         """The row of an override in force, for a rewrite of the whole store."""
-        note = self._registry.notes.of(iid, status)
+        note = self._registry.overrides.notes.of(iid, status)
         if note is not None:
             return _stored(note.app, iid, status, note, now_ms)
         try:
