@@ -19,6 +19,7 @@ from registry.core.registry import Registry
 from registry.serving import Runner
 from registry.store.writer import StoreWriter
 from tests.nodes import Nodes
+from tests.processes import Servers
 
 AiohttpClient = Callable[..., Awaitable[TestClient]]
 
@@ -82,10 +83,20 @@ async def _client(
 
 
 @pytest.fixture
-async def nodes() -> AsyncIterator[Nodes]:
-    """Server processes a test starts (tests/nodes.py), all killed when it ends."""
+async def servers(tmp_path: Path) -> AsyncIterator[Servers]:
+    """Server processes a test starts (tests/processes.py), all killed when it ends."""
+    pool = Servers(tmp_path)
+    try:
+        yield pool
+    finally:
+        await pool.kill_all()
+
+
+@pytest.fixture
+async def nodes(tmp_path: Path) -> AsyncIterator[Nodes]:
+    """Cluster nodes a test starts (tests/nodes.py), all killed when it ends."""
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as session:
-        pool = Nodes(session)
+        pool = Nodes(session, tmp_path)
         try:
             yield pool
         finally:
@@ -97,6 +108,6 @@ async def writer(tmp_path: Path, registry: Registry) -> AsyncIterator[StoreWrite
     """A store writer on a real SQLite file, for the `registry` fixture of the test that asks."""
     writer = StoreWriter(tmp_path / "registry.db", registry, FakeClock(), busy_timeout_ms=50)
     assert await writer.open() is not None
-    registry.subscribe(writer.on_change, overrides=writer.on_override)
+    registry.subscribe(writer)
     yield writer
     await writer.close()

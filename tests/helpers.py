@@ -1,23 +1,21 @@
-"""Bodies, calls and waits shared by the tests."""
+"""Bodies, calls and waits shared by the tests, and looks into an app (its registry, its
+metrics) or a store file."""
 
 from __future__ import annotations
 
 import asyncio
 import inspect
-import os
 import socket
 import sqlite3
-import subprocess
-import sys
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
-import aiohttp
 import orjson
 from aiohttp.test_utils import TestClient
+from prometheus_client.parser import text_string_to_metric_families
 
 from registry.appkeys import REGISTRY
 from registry.core.registry import Registry
@@ -71,6 +69,31 @@ def registry_of(client: TestClient) -> Registry:
     return client.app[REGISTRY]  # type: ignore[index]
 
 
+def evict_expired(registry: Registry, *, now_ms: int, extra_ms: int = 0) -> int:
+    """Evict every expired lease at once, as a sweep without a cap does."""
+    return sum(
+        registry.evict(
+            lease.instance.app, lease.instance.instance_id, now_ms=now_ms, extra_ms=extra_ms
+        )
+        for lease in list(registry.leases())
+    )
+
+
+Metrics = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+
+
+async def scrape(client: TestClient) -> Metrics:
+    """`GET /metrics`, parsed by prometheus-client's own parser: (name, labels) -> value."""
+    response = await client.get("/metrics")
+    assert 200 == response.status
+    assert response.headers["Content-Type"].startswith("text/plain")
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(await response.text())
+        for sample in family.samples
+    }
+
+
 T = TypeVar("T")
 POLL = 0.02  # seconds between looks, while waiting for something real (a network round trip)
 
@@ -114,6 +137,23 @@ async def eventually(
         await asyncio.sleep(POLL)
 
 
+async def sql(path: Path, *statements: str) -> list[tuple[object, ...]]:
+    """Run statements on a connection of our own (as another process would); the last's rows."""
+
+    def run() -> list[tuple[object, ...]]:
+        db = sqlite3.connect(path)
+        try:
+            rows: list[tuple[object, ...]] = []
+            for statement in statements:
+                rows = db.execute(statement).fetchall()
+            db.commit()
+            return rows
+        finally:
+            db.close()
+
+    return await asyncio.to_thread(run)
+
+
 @asynccontextmanager
 async def locked(path: Path, *, exclusive: bool = False) -> AsyncIterator[None]:
     """Another connection holds the write lock (as another process would) until the block ends;
@@ -139,37 +179,4 @@ async def locked(path: Path, *, exclusive: bool = False) -> AsyncIterator[None]:
         await holder
 
 
-async def until_ready(session: aiohttp.ClientSession, base: str, *, timeout: float = 20) -> None:
-    """Poll a server process's `/readyz` (at `base`, without /eureka) until it answers 200."""
-
-    async def status() -> int:
-        try:
-            async with session.get(base + "/readyz") as response:
-                return response.status
-        except aiohttp.ClientError:
-            return 0
-
-    await eventually(status, lambda code: code == 200, timeout=timeout, what="ready")
-
-
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def registry_env(settings: dict[str, str]) -> dict[str, str]:
-    """The environment of a server process: `settings` as REGISTRY_* variables, none
-    inherited from the test's environment."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("REGISTRY_")}
-    return env | {f"REGISTRY_{key.upper()}": value for key, value in settings.items()}
-
-
-def registry_process(port: int, settings: dict[str, str], stderr: Any) -> subprocess.Popen[bytes]:
-    """`python -m registry serve` on `port` with `settings` (see `registry_env`), its stderr
-    to `stderr`."""
-    env = registry_env(settings)
-    return subprocess.Popen(
-        [sys.executable, "-m", "registry", "serve", "--port", str(port)],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=stderr,
-    )
+ROOT = Path(__file__).resolve().parents[1]  # the repository

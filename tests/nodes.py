@@ -7,9 +7,6 @@ condition until a deadline, never by sleeping a fixed time.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import os
-import sys
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -17,12 +14,10 @@ import aiohttp
 import orjson
 
 from tests.helpers import JSON, eventually, free_ports, instance_doc
+from tests.processes import READY_TIMEOUT, ServerProcess
 
 T = TypeVar("T")
 
-ROOT = Path(__file__).resolve().parents[2]
-READY_TIMEOUT = 20.0
-POLL = 0.05
 REPLICATION = {"x-netflix-discovery-replication": "true"}
 # Short timings, so that every step of a test takes a second or two at most.
 TIMINGS = {
@@ -46,6 +41,7 @@ class Node:
     def __init__(
         self,
         session: aiohttp.ClientSession,
+        log: Path,
         port: int,
         peers: list[int] | None,
         config: Path | None,
@@ -53,69 +49,27 @@ class Node:
     ) -> None:
         self.port = port
         self.url = base_url(port)
-        self.peers = peers
-        self.config = config
-        self.settings = settings
-        self.process: asyncio.subprocess.Process | None = None
-        self.stderr = bytearray()
+        args = []
+        if peers is not None:
+            args += ["--peers", ",".join(base_url(p) for p in peers)]
+        if config is not None:
+            args += ["--config", str(config)]
+        env = {"log_level": "warning", "log_format": "json", **TIMINGS, **settings}
+        self.server = ServerProcess(log, port, settings=env, args=args)
+        self.settings = self.server.settings  # what a test changes here, a restart takes
         self._session = session
-        self._drain: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
-        """Start the process; returns once it answers `GET status` (or fails, with its log)."""
-        env = {k: v for k, v in os.environ.items() if not k.startswith("REGISTRY_")}
-        env |= {"REGISTRY_LOG_LEVEL": "warning", "REGISTRY_LOG_FORMAT": "json"}
-        env |= {f"REGISTRY_{k.upper()}": str(v) for k, v in {**TIMINGS, **self.settings}.items()}
-        args = ["serve", "--port", str(self.port)]
-        if self.peers is not None:
-            args += ["--peers", ",".join(base_url(p) for p in self.peers)]
-        if self.config is not None:
-            args += ["--config", str(self.config)]
-        self.process = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "registry",
-            *args,
-            cwd=ROOT,
-            env=env,
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.DEVNULL,
-            stderr=asyncio.subprocess.PIPE,
-        )
-        self._drain = asyncio.create_task(self._read_stderr(self.process))
-        await self._wait_ready()
+        """Start the process; returns once it answers `GET status` (or fails, with its log):
+        a node whose peers are not up yet serves no reads, but answers that."""
+        await self.server.start(ready="/eureka/status")
 
     async def kill(self) -> None:
         """SIGKILL: no drain, no goodbye to the peers."""
-        if self.process is not None and self.process.returncode is None:
-            self.process.kill()
-            await self.process.wait()
-        if self._drain is not None:
-            await self._drain
-            self._drain = None
+        await self.server.kill()
 
     def signal(self, sig: int) -> None:
-        assert self.process is not None
-        self.process.send_signal(sig)
-
-    async def _read_stderr(self, process: asyncio.subprocess.Process) -> None:
-        assert process.stderr is not None
-        while chunk := await process.stderr.read(65536):
-            self.stderr += chunk
-
-    async def _wait_ready(self) -> None:
-        assert self.process is not None
-        deadline = asyncio.get_running_loop().time() + READY_TIMEOUT
-        while True:
-            with contextlib.suppress(aiohttp.ClientError, TimeoutError):
-                async with self._session.get(self.url + "status", headers=JSON) as response:
-                    if response.status == 200:
-                        return
-            if self.process.returncode is not None:
-                raise RuntimeError(f"{self.url} exited with {self.process.returncode}")
-            if asyncio.get_running_loop().time() > deadline:
-                raise RuntimeError(f"{self.url} did not answer within {READY_TIMEOUT} s")
-            await asyncio.sleep(POLL)
+        self.server.send_signal(sig)
 
     # HTTP
 
@@ -179,10 +133,12 @@ class Node:
 
 
 class Nodes:
-    """The processes a test started; all are killed when it ends."""
+    """The processes a test started, their logs in its directory; all are killed when it
+    ends."""
 
-    def __init__(self, session: aiohttp.ClientSession) -> None:
+    def __init__(self, session: aiohttp.ClientSession, directory: Path) -> None:
         self.session = session
+        self.directory = directory
         self.started: list[Node] = []
 
     async def start(
@@ -193,7 +149,8 @@ class Nodes:
         config: Path | None = None,
         **settings: object,
     ) -> Node:
-        node = Node(self.session, port, peers, config, settings)
+        log = self.directory / f"node-{port}.log"
+        node = Node(self.session, log, port, peers, config, settings)
         self.started.append(node)
         await node.start()
         return node
@@ -210,4 +167,4 @@ class Nodes:
         for node in self.started:
             await node.kill()
         for node in self.started:  # pytest shows this only when the test failed
-            print(f"--- stderr of {node.url} ---\n{node.stderr.decode(errors='replace')}")
+            print(await node.server.tail())

@@ -2,43 +2,38 @@
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import AsyncIterator
-
 import aiohttp
 import orjson
 import pytest
 from aiohttp import web
 
-from tests.bench import processes
 from tests.helpers import instance_doc
-from tests.test_cli import start
+from tests.processes import Servers, run
 
 pytestmark = pytest.mark.slow
 
-TIMEOUT = 30.0
 
-
-async def cli(*args: str, env: dict[str, str] | None = None) -> tuple[int, str, str]:
-    process = await start(*args, env=env)
-    out, err = await asyncio.wait_for(process.communicate(), TIMEOUT)
-    assert process.returncode is not None
-    return process.returncode, out.decode(), err.decode()
+async def cli(*args: str, **settings: str) -> tuple[int, str, str]:
+    """`python -m registry ARGS`, with `settings` (`user`, `password`) as REGISTRY_* variables;
+    its exit code, stdout and stderr."""
+    done = await run(*args, settings=settings)
+    return done.returncode, done.stdout, done.stderr
 
 
 @pytest.fixture
-async def server() -> AsyncIterator[str]:
+async def server(servers: Servers) -> str:
     """A registry process with two ORDERS instances; its base URL."""
-    async with processes.registry() as server, aiohttp.ClientSession() as session:
+    server = await servers.start()
+    async with aiohttp.ClientSession() as session:
         for iid in ("i-1", "i-2"):
             body = orjson.dumps({"instance": instance_doc("ORDERS", iid)})
             async with session.post(
-                f"{server.url}/eureka/apps/ORDERS",
+                f"{server.eureka}apps/ORDERS",
                 data=body,
                 headers={"Content-Type": "application/json"},
             ) as response:
                 assert 204 == response.status
-        yield f"{server.url}/eureka/"
+    return server.eureka
 
 
 async def test_apps_and_instances_tables(server):
@@ -101,23 +96,22 @@ async def test_credentials_are_sent_from_the_environment(aiohttp_server):
     app = web.Application()
     app.router.add_get("/eureka/status", status)
     fake = await aiohttp_server(app)
-    env = {"REGISTRY_USER": "ops", "REGISTRY_PASSWORD": "s3cret", "PATH": ""}
-    code, out, err = await cli("status", "--server", str(fake.make_url("/eureka/")), env=env)
+    url = str(fake.make_url("/eureka/"))
+    code, out, err = await cli("status", "--server", url, user="ops", password="s3cret")
     assert ["Basic b3BzOnMzY3JldA=="] == seen
     assert (1, "") == (code, out)
     assert "401 who are you" in err and "s3cret" not in err
 
 
-async def test_against_a_secured_server_the_admin_token_passes_and_a_client_is_refused():
+async def test_against_a_secured_server_the_admin_token_passes_and_a_client_is_refused(servers):
     """A real secured process: flags beat the environment; a client credential gets 403."""
     settings = {"client_credentials": "svc:client-pw", "admin_tokens": "adm1n-token"}
-    async with processes.registry(ready_path="/healthz", **settings) as server:
-        url = f"{server.url}/eureka/"
-        client_env = {"REGISTRY_USER": "svc", "REGISTRY_PASSWORD": "client-pw", "PATH": ""}
-        code, _, err = await cli("status", "--server", url, env=client_env)
-        assert 0 == code, err
-        args = ("out-of-service", "ORDERS", "i-1", "--server", url)
-        code, _, err = await cli(*args, env=client_env)
-        assert 1 == code and "403" in err and "client-pw" not in err
-        code, _, err = await cli(*args, "--token", "adm1n-token", env=client_env)
-        assert 1 == code and "404" in err  # through the admin plane: no such instance
+    url = (await servers.start(**settings)).eureka
+    client = {"user": "svc", "password": "client-pw"}
+    code, _, err = await cli("status", "--server", url, **client)
+    assert 0 == code, err
+    args = ("out-of-service", "ORDERS", "i-1", "--server", url)
+    code, _, err = await cli(*args, **client)
+    assert 1 == code and "403" in err and "client-pw" not in err
+    code, _, err = await cli(*args, "--token", "adm1n-token", **client)
+    assert 1 == code and "404" in err  # through the admin plane: no such instance

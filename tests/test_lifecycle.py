@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
-import os
 import socket
 from pathlib import Path
 
@@ -18,7 +17,7 @@ from registry.errors import NotSynced
 from registry.lifecycle import ALLOWED, InvalidTransition, Lifecycle, Phase
 from registry.store.sqlite import Store
 from tests.helpers import eventually, free_port, instance_doc, locked
-from tests.test_cli import TIMEOUT, serving, start, stop, wait_serving
+from tests.processes import READY_TIMEOUT, run
 
 P = Phase
 # Every move the server makes, written out here rather than read from the table.
@@ -110,23 +109,18 @@ def test_entering_a_phase_calls_what_waits_for_it():
 
 
 @pytest.mark.slow
-async def test_a_real_process_syncs_serves_and_drains(tmp_path):
+async def test_a_real_process_syncs_serves_and_drains(servers):
     """A node whose one peer never answers: SYNCING (503) until its empty-sync window ends,
     then SERVING (200); SIGTERM drains and stops it, and it exits 0."""
-    port = free_port()
-    env = {
-        **os.environ,
-        "REGISTRY_DATA_DIR": str(tmp_path),
-        "REGISTRY_PEER_SYNC_BUDGET": "0.5",
-        "REGISTRY_PEER_SYNC_EMPTY_WINDOW": "3",
-        "REGISTRY_LOG_FORMAT": "json",
-    }
     peer = f"http://127.0.0.1:{free_port()}/eureka/"
+    server = servers.new(
+        args=["--peers", peer], peer_sync_budget=0.5, peer_sync_empty_window=3, log_format="json"
+    )
     phases: list[tuple[int, str]] = []
 
     async def readyz() -> tuple[int, str]:
         try:
-            async with session.get(f"http://127.0.0.1:{port}/readyz") as response:
+            async with session.get(f"{server.base}/readyz") as response:
                 seen = (response.status, (await response.json())["phase"])
         except aiohttp.ClientConnectionError:
             return 0, "not listening"
@@ -134,13 +128,12 @@ async def test_a_real_process_syncs_serves_and_drains(tmp_path):
             phases.append(seen)
         return seen
 
-    async with serving("serve", "--port", str(port), "--peers", peer, env=env) as process:
-        async with aiohttp.ClientSession() as session:
-            await eventually(readyz, lambda seen: seen[1] == "SERVING", timeout=TIMEOUT)
-        lines = await stop(process)
-    assert 0 == process.returncode
+    await server.start(ready=None)
+    async with aiohttp.ClientSession() as session:
+        await eventually(readyz, lambda seen: seen[1] == "SERVING", timeout=READY_TIMEOUT)
+    assert 0 == await server.stop()
     assert [(503, "SYNCING"), (200, "SERVING")] == phases
-    entered = [e["phase"] for e in lines if "phase" in e]
+    entered = [e["phase"] for e in await server.log_lines() if "phase" in e]
     assert ["RESTORING", "SYNCING", "SERVING", "DRAINING", "STOPPED"] == entered
 
 
@@ -151,56 +144,43 @@ async def store_dir(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def store_env(data_dir: Path, busy_timeout: float) -> dict[str, str]:
-    return {
-        **os.environ,
-        "REGISTRY_DATA_DIR": str(data_dir),
-        "REGISTRY_STORE_BUSY_TIMEOUT": str(busy_timeout),
-        "REGISTRY_LOG_FORMAT": "json",
-    }
+def store_settings(data_dir: Path, busy_timeout: float) -> dict[str, object]:
+    return {"data_dir": data_dir, "store_busy_timeout": busy_timeout, "log_format": "json"}
 
 
 @pytest.mark.slow
-async def test_a_signal_while_restoring_stops_what_had_started(store_dir):
+async def test_a_signal_while_restoring_stops_what_had_started(servers, store_dir):
     """SIGTERM while the store is still being read (another process holds its lock): the
     start goes no further, what it had started stops, last first, and the process exits 0
-    with nothing but its log lines (`stop` reads each as JSON: a traceback fails it)."""
-    port, env = free_port(), store_env(store_dir, 3)
-    async with (
-        locked(store_dir / "registry.db", exclusive=True),
-        serving("serve", "--port", str(port), env=env) as process,
-    ):
-        assert process.stderr is not None
-        while b'"RESTORING"' not in await process.stderr.readline():
-            pass
-        lines = await stop(process)
-    assert 0 == process.returncode
+    with nothing but its log lines (`log_lines` reads each as JSON: a traceback fails it)."""
+    async with locked(store_dir / "registry.db", exclusive=True):
+        server = await servers.start(ready=None, **store_settings(store_dir, 3))
+        await server.wait_logged("phase_entered", phase="RESTORING")
+        assert 0 == await server.stop()
+    lines = await server.log_lines()
     entered = [(e["phase"], e["reason"]) for e in lines if "phase" in e]
-    assert [P.DRAINING, P.STOPPED] == [phase for phase, _ in entered]
-    assert entered[0][1].startswith("stopped while RESTORING: reading ")
+    assert [P.RESTORING, P.DRAINING, P.STOPPED] == [phase for phase, _ in entered]
+    assert entered[1][1].startswith("stopped while RESTORING: reading ")
     assert "server_stopped" == lines[-1]["event"]
 
 
 @pytest.mark.slow
-async def test_a_failing_store_stops_cleanly(store_dir):
+async def test_a_failing_store_stops_cleanly(servers, store_dir):
     """A store locked by another process from start to end: the server serves from memory,
     degraded, and SIGTERM still drains and stops it, exit 0, its writes logged as owed."""
-    port = free_port()
-    base, env = f"http://127.0.0.1:{port}/eureka", store_env(store_dir, 0.1)
-    async with (
-        locked(store_dir / "registry.db", exclusive=True),
-        serving("serve", "--port", str(port), env=env) as process,
-    ):
+    async with locked(store_dir / "registry.db", exclusive=True):
+        # Not ready (/readyz): degraded. It answers /healthz.
+        server = await servers.start(ready="/healthz", **store_settings(store_dir, 0.1))
+        base = server.eureka
         async with aiohttp.ClientSession() as session:
-            await wait_serving(session, f"http://127.0.0.1:{port}/healthz")  # not ready: degraded
             doc = {"instance": instance_doc()}
-            async with session.post(f"{base}/apps/ORDERS", json=doc) as response:
+            async with session.post(f"{base}apps/ORDERS", json=doc) as response:
                 assert 204 == response.status
-            overridden = f"{base}/apps/ORDERS/i-1/status?value=OUT_OF_SERVICE"
+            overridden = f"{base}apps/ORDERS/i-1/status?value=OUT_OF_SERVICE"
             async with session.put(overridden) as response:
                 assert 503 == response.status  # in force, not on disk: said so
-        lines = await stop(process)
-    assert 0 == process.returncode
+        assert 0 == await server.stop()
+    lines = await server.log_lines()
     events = [e["event"] for e in lines]
     assert "store_failed" in events
     assert [P.DRAINING, P.STOPPED] == [e["phase"] for e in lines if "phase" in e][-2:]
@@ -216,10 +196,9 @@ async def test_a_start_that_fails_stops_what_had_started(store_dir):
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        process = await start("serve", "--port", str(port), env=store_env(store_dir, 0.1))
-        _, stderr = await asyncio.wait_for(process.communicate(), TIMEOUT)
-    assert 1 == process.returncode
-    *logged, said = stderr.decode().splitlines()
+        done = await run("serve", "--port", str(port), settings=store_settings(store_dir, 0.1))
+    assert 1 == done.returncode
+    *logged, said = done.stderr.splitlines()
     lines = [json.loads(line) for line in logged]
     assert said.startswith("service-registry: ")
     assert [P.DRAINING, P.STOPPED] == [e["phase"] for e in lines if "phase" in e][-2:]

@@ -3,14 +3,10 @@ configuration is global)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
-import os
-import socket
 import subprocess
 import sys
-import time
-
-from tests.helpers import free_port
 
 LOGS_AN_ERROR = """
 import structlog
@@ -37,39 +33,25 @@ def test_a_traceback_is_logged_without_the_frames_locals():
     assert "SECRET-LOOKING BODY" not in line
 
 
-def test_aiohttps_own_records_are_json_and_an_undrained_bad_body_is_no_error(tmp_path):
+async def test_aiohttps_own_records_are_json_and_an_undrained_bad_body_is_no_error(servers):
     """A GET carrying a deflate body that cannot be decoded: the handler answers without
     reading it, aiohttp fails to drain it and logs that through the standard library. Every
     line stays JSON, and that record (no fault of the server) is left out."""
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("REGISTRY_")}
-    env |= {"REGISTRY_STORE": "false", "REGISTRY_LOG_FORMAT": "json"}
-    server = subprocess.Popen(
-        [sys.executable, "-m", "registry", "serve", "--port", str(port)],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
+    server = await servers.start(store="false", log_format="json")
+    reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+    body = b"not deflate at all"
+    writer.write(
+        b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Encoding: deflate\r\n"
+        b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
     )
-    try:
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
-                    body = b"not deflate at all"
-                    sock.sendall(
-                        b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Encoding: deflate\r\n"
-                        b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
-                    )
-                    assert sock.recv(100).startswith(b"HTTP/1.1 200")
-                    time.sleep(0.2)  # aiohttp drains the body after the answer
-                break
-            except ConnectionRefusedError:
-                assert time.monotonic() < deadline, "the server never started"
-                time.sleep(0.05)
-    finally:
-        server.terminate()
-        _, stderr = server.communicate(timeout=30)
-    lines = [json.loads(line) for line in stderr.splitlines()]  # each one JSON
+    answer = b'{"alive":true}'
+    assert (await asyncio.wait_for(reader.readuntil(answer), 10)).startswith(b"HTTP/1.1 200")
+    # aiohttp drains the body after the answer; a connection handles one request at a time,
+    # so a second one answered means the first, its drain included, is over.
+    writer.write(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+    assert (await asyncio.wait_for(reader.readuntil(answer), 10)).startswith(b"HTTP/1.1 200")
+    writer.close()
+    assert 0 == await server.stop()
+    lines = await server.log_lines()  # each one JSON
     assert [] == [e for e in lines if e["level"] in ("error", "critical")]
     assert "server_stopped" == lines[-1]["event"]

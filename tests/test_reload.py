@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
-import os
 import signal
 from pathlib import Path
 from typing import Any
@@ -13,8 +11,8 @@ import aiohttp
 import pytest
 
 from registry.codec.wire import basic_authorization
-from tests.helpers import eventually, free_port
-from tests.test_cli import TIMEOUT, serving, stop
+from tests.helpers import eventually
+from tests.processes import ServerProcess
 
 pytestmark = pytest.mark.slow
 
@@ -32,53 +30,40 @@ async def status_as(session: aiohttp.ClientSession, port: int, credential: str) 
         return response.status
 
 
-async def reloaded(
-    process: asyncio.subprocess.Process, path: Path, text: str
-) -> list[dict[str, Any]]:
-    """Write `text` to the settings file, send SIGHUP, and read the log up to the reload's
-    line; the lines read."""
+async def reloaded(server: ServerProcess, path: Path, text: str) -> dict[str, Any]:
+    """Write `text` to the settings file, send SIGHUP, and wait for the reload's log line."""
     await asyncio.to_thread(path.write_text, text)
-    process.send_signal(signal.SIGHUP)
-    assert process.stderr is not None
-    lines = []
-    while not lines or lines[-1]["event"] != "settings_reloaded":
-        line = await asyncio.wait_for(process.stderr.readline(), TIMEOUT)
-        assert line, "the server ended before reloading"
-        lines.append(json.loads(line))
-    return lines
+    server.send_signal(signal.SIGHUP)
+    return await server.wait_logged("settings_reloaded")
 
 
-def environment(tmp_path: Path) -> dict[str, str]:
-    return {**os.environ, "REGISTRY_DATA_DIR": str(tmp_path), "REGISTRY_LOG_FORMAT": "json"}
-
-
-async def test_a_removed_client_credential_is_refused_after_sighup(tmp_path):
-    path, port = tmp_path / "node.toml", free_port()
+async def test_a_removed_client_credential_is_refused_after_sighup(servers, tmp_path):
+    path = tmp_path / "node.toml"
     await asyncio.to_thread(path.write_text, config(KEPT, REMOVED))
-    args = ("serve", "--port", str(port), "--config", str(path))
-    async with serving(*args, env=environment(tmp_path)) as process:
-        async with aiohttp.ClientSession() as session:
-            await eventually(lambda: _answers(session, port, REMOVED), lambda s: s == 200)
-            lines = await reloaded(process, path, config(KEPT))
-            assert 401 == await status_as(session, port, REMOVED)
-            assert 200 == await status_as(session, port, KEPT)
-        lines += await stop(process)
+    server = await servers.start(args=["--config", str(path)], ready=None, log_format="json")
+    async with aiohttp.ClientSession() as session:
+        await eventually(lambda: _answers(session, server.port, REMOVED), lambda s: s == 200)
+        await reloaded(server, path, config(KEPT))
+        assert 401 == await status_as(session, server.port, REMOVED)
+        assert 200 == await status_as(session, server.port, KEPT)
+    assert 0 == await server.stop()
+    lines = await server.log_lines()
     assert "applied" == lines_of(lines, "settings_reloaded")["credentials"]
     assert not any(REMOVED.split(":")[1] in str(e) for e in lines)  # never logged
 
 
-async def test_turning_credentials_on_needs_a_restart(tmp_path):
+async def test_turning_credentials_on_needs_a_restart(servers, tmp_path):
     """A node started without credentials guards no route: a SIGHUP adding some is refused
     with a warning saying so, and the node goes on as it was."""
-    path, port = tmp_path / "node.toml", free_port()
+    path = tmp_path / "node.toml"
     await asyncio.to_thread(path.write_text, "")
-    args = ("serve", "--port", str(port), "--config", str(path))
-    async with serving(*args, env=environment(tmp_path)) as process:
-        async with aiohttp.ClientSession() as session:
-            await eventually(lambda: _answers(session, port, KEPT), lambda s: s == 200)
-            lines = await reloaded(process, path, config(KEPT))
-            assert 200 == await _answers(session, port, "anyone:at-all")
-        lines += await stop(process)
+    server = await servers.start(args=["--config", str(path)], ready=None, log_format="json")
+    async with aiohttp.ClientSession() as session:
+        await eventually(lambda: _answers(session, server.port, KEPT), lambda s: s == 200)
+        await reloaded(server, path, config(KEPT))
+        assert 200 == await _answers(session, server.port, "anyone:at-all")
+    assert 0 == await server.stop()
+    lines = await server.log_lines()
     assert "restart it to turn them on" in lines_of(lines, "credentials_not_reloaded")["reason"]
     assert "kept" == lines_of(lines, "settings_reloaded")["credentials"]
 

@@ -8,9 +8,7 @@ written), then started again on the same data.
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
-import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -18,7 +16,8 @@ from typing import Any
 import aiohttp
 import pytest
 
-from tests.helpers import free_port, instance_doc
+from tests.helpers import instance_doc
+from tests.processes import ServerProcess, Servers
 
 pytestmark = pytest.mark.slow
 
@@ -27,48 +26,21 @@ JSON = {"Accept": "application/json"}
 
 
 class Server:
-    def __init__(self, session: aiohttp.ClientSession, data_dir: Path) -> None:
+    """The server under test, started again on its data after each stop."""
+
+    def __init__(self, session: aiohttp.ClientSession, process: ServerProcess) -> None:
         self.session = session
-        self.data_dir = data_dir
-        self.port = free_port()
-        self.base = f"http://127.0.0.1:{self.port}/eureka"
-        self.process: asyncio.subprocess.Process | None = None
+        self.process = process
+        self.base = f"{process.base}/eureka"
 
     async def start(self) -> None:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("REGISTRY_")}
-        env |= {
-            "REGISTRY_DATA_DIR": str(self.data_dir),
-            "REGISTRY_LOG_LEVEL": "warning",
-            "REGISTRY_LOG_FORMAT": "json",
-        }
-        self.process = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "registry",
-            "serve",
-            "--port",
-            str(self.port),
-            env=env,
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.DEVNULL,
-            stderr=asyncio.subprocess.DEVNULL,
-        )
-        await self.until(self.serving)
+        await self.process.start(ready="/eureka/apps")
 
     async def stop(self, sig: int) -> None:
-        assert self.process is not None
-        self.process.send_signal(sig)
-        await asyncio.wait_for(self.process.wait(), TIMEOUT)
-
-    async def serving(self) -> bool:
-        try:
-            async with self.session.get(f"{self.base}/apps", headers=JSON) as response:
-                return response.status == 200
-        except aiohttp.ClientConnectionError:
-            return False
+        await self.process.stop(sig, timeout=TIMEOUT)
 
     async def until(self, probe: Any) -> None:
-        """Poll `probe` until it holds; a real process needs real time to start or write."""
+        """Poll `probe` until it holds; a real process needs real time to write."""
         deadline = asyncio.get_running_loop().time() + TIMEOUT
         while not await probe():
             assert asyncio.get_running_loop().time() < deadline, "timed out"
@@ -102,15 +74,10 @@ class Server:
 
 
 @pytest.fixture
-async def server(tmp_path: Path) -> AsyncIterator[Server]:
+async def server(servers: Servers, tmp_path: Path) -> AsyncIterator[Server]:
+    process = servers.new(data_dir=tmp_path / "data", log_level="warning", log_format="json")
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as session:
-        server = Server(session, tmp_path / "data")
-        try:
-            yield server
-        finally:
-            if server.process is not None and server.process.returncode is None:
-                server.process.kill()
-                await server.process.wait()
+        yield Server(session, process)
 
 
 async def populate(server: Server) -> dict[str, tuple[str, str]]:

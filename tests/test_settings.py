@@ -40,6 +40,7 @@ def test_layers_win_in_order(tmp_path: Path):
         ({"REGISTRY_PORT": "eighty"}, "port: 'eighty' is not a valid int"),
         ({"REGISTRY_PORT": "0"}, "port: 0 is not a TCP port"),
         ({"REGISTRY_EVICTION_INTERVAL": "-1"}, "eviction_interval: must be positive"),
+        ({"REGISTRY_RENEWAL_WINDOW": "0"}, "renewal_window: must be positive"),
         ({"REGISTRY_LEGACY_LEASE_EXPIRY": "sometimes"}, "legacy_lease_expiry: 'sometimes'"),
         ({"REGISTRY_NO_SUCH_THING": "1"}, "no_such_thing: unknown setting"),
         ({"REGISTRY_LOG_FORMAT": "xml"}, "log_format: 'xml' is not one of"),

@@ -9,7 +9,7 @@ import contextlib
 import pytest
 
 from registry.client import DiscoveryClient
-from tests.asyncio_client.servers import post, ready, session, start_node, status_of
+from tests.asyncio_client.servers import post, session, start_node, status_of
 from tests.helpers import eventually, free_ports, instance_doc
 
 __all__ = ["session", "start_node"]  # fixtures
@@ -24,17 +24,17 @@ async def test_a_killed_server_is_left_for_the_next(start_node, session):
     heartbeating there and sees what is registered there."""
     a_port, b_port = free_ports(2)
     urls = {port: f"http://127.0.0.1:{port}/eureka/" for port in (a_port, b_port)}
-    a = await start_node(a_port, peers=urls[b_port])
-    b = await start_node(b_port, peers=urls[a_port])
-    await ready(session, a)
-    await ready(session, b)
+    # Started together: each copies the other before it serves.
+    a = await start_node(a_port, ready=None, peers=urls[b_port])
+    b = await start_node(b_port, ready=None, peers=urls[a_port])
+    await a.wait_ready()
+    await b.wait_ready()
     servers = f"{a.eureka},{b.eureka}"
     async with DiscoveryClient(servers, app="orders", port=8080, **FAST) as client:
         own = f"apps/ORDERS/{client.instance.instance_id}"
         await eventually(lambda: status_of(session, b.eureka + own), lambda s: s == 200)
         await eventually(lambda: client.sync_mode, lambda mode: mode == "watch")
-        a.process.kill()
-        await a.process.wait()
+        await a.kill()
         beats = client.stats.heartbeats
 
         await eventually(lambda: client.stats.failovers, lambda n: n >= 1, what="a failover")
@@ -51,11 +51,11 @@ async def test_heartbeats_go_on_while_the_first_fetch_fails(start_node, session)
     while but takes registrations and heartbeats: the client beats while its fetches fail."""
     [absent] = free_ports(1)
     node = await start_node(
+        ready="/healthz",  # it listens, but is not ready: it serves no reads yet
         peers=f"http://127.0.0.1:{absent}/eureka/",
         peer_sync_budget="60",
         peer_sync_empty_window="60",
     )
-    await eventually(lambda: status_of(session, node.base + "/healthz"), lambda s: s == 200)
     assert 403 == await status_of(session, node.eureka + "apps/")
     async with DiscoveryClient(
         node.eureka, app="orders", port=8080, start_timeout=1, **FAST
@@ -68,7 +68,7 @@ async def test_heartbeats_go_on_while_the_first_fetch_fails(start_node, session)
 
 async def test_cancelling_the_task_around_the_client_cancels_the_instance(start_node, session):
     """A service's task cancelled (its shutdown) takes its instance out of the registry."""
-    node = await ready(session, await start_node())
+    node = await start_node()
     entered = asyncio.Event()
     ids = []
 
@@ -93,18 +93,17 @@ async def test_the_first_server_is_taken_back_once_it_returns(start_node, sessio
     """Left for the second when it stopped, the first server is used again after
     `return_after` once it serves again."""
     a_port = free_ports(1)[0]
-    a = await ready(session, await start_node(a_port))
-    b = await ready(session, await start_node())
+    a = await start_node(a_port)
+    b = await start_node()
     servers = f"{a.eureka},{b.eureka}"
     async with DiscoveryClient(servers, app="orders", port=8080, return_after=2, **FAST) as client:
         assert a.eureka == client.server
-        a.process.terminate()
-        await a.process.wait()
+        await a.stop()
         await eventually(lambda: client.server, lambda url: url == b.eureka, what="failover")
         own = f"apps/ORDERS/{client.instance.instance_id}"
         await eventually(lambda: status_of(session, b.eureka + own), lambda s: s == 200)
 
-        await ready(session, await start_node(a_port))
+        await start_node(a_port)
         await eventually(lambda: client.server, lambda url: url == a.eureka, timeout=15)
         # The first server did not know the instance: a heartbeat's 404 registered it there.
         await eventually(lambda: status_of(session, a.eureka + own), lambda s: s == 200)

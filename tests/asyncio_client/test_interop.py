@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from registry.client import DiscoveryClient
-from tests.asyncio_client.servers import ready, session, start_node
+from tests.asyncio_client.servers import session, start_node
 from tests.helpers import eventually
-from tests.stock_clients.test_py_eureka_client import APP, IID, running_agent
+from tests.stock_clients.agent import APP, IID, running_agent
 
 __all__ = ["session", "start_node"]  # fixtures
 
@@ -22,7 +22,7 @@ def blockbuster():
 
 async def test_both_clients_see_each_other(start_node, session):
     """Each lists the other's instance; ours sees the stock client leave."""
-    node = await ready(session, await start_node())
+    node = await start_node()
     async with (
         DiscoveryClient(node.eureka, app="orders", port=8080, renewal_interval=1) as ours,
         running_agent(node.eureka) as agent,

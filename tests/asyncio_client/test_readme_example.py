@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from tests.asyncio_client.servers import ready, session, start_node
+from tests.asyncio_client.servers import session, start_node
 from tests.helpers import ROOT
 
 __all__ = ["session", "start_node"]  # fixtures
@@ -26,7 +26,7 @@ EXAMPLE = example()  # read at import: a test on the event loop must not block o
 
 
 async def test_the_readme_example_runs(start_node, session, tmp_path):
-    node = await ready(session, await start_node())
+    node = await start_node()
     code = EXAMPLE.replace("127.0.0.1:8761", f"127.0.0.1:{node.port}")
     assert code != EXAMPLE, "the example names the default server"
     process = await asyncio.create_subprocess_exec(

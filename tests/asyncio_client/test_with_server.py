@@ -9,7 +9,7 @@ import asyncio
 import pytest
 
 from registry.client import Action, DiscoveryClient, Instance, InstanceStatus, NoInstance
-from tests.asyncio_client.servers import MODES, post, ready, session, start_node, status_of
+from tests.asyncio_client.servers import MODES, post, session, start_node, status_of
 from tests.helpers import eventually, instance_doc
 
 __all__ = ["session", "start_node"]  # fixtures
@@ -23,7 +23,7 @@ FAST = {"renewal_interval": 1, "lease_duration": 10, "fetch_interval": 0.5}
 async def test_the_whole_life_cycle(mode, start_node, session):
     """Register, heartbeat, see another client come and go, follow an admin's override,
     register again when the server forgot, and cancel on exit."""
-    node = await ready(session, await start_node(**MODES[mode]))
+    node = await start_node(**MODES[mode])
     async with DiscoveryClient(node.eureka, app="orders", port=8080, **FAST) as orders:
         own = f"{node.eureka}apps/ORDERS/{orders.instance.instance_id}"
         assert 200 == await status_of(session, own)
@@ -69,7 +69,7 @@ async def test_the_whole_life_cycle(mode, start_node, session):
 async def test_a_copy_that_went_wrong_is_fetched_again_in_full(mode, start_node, session):
     """A copy the server's hash disagrees with (here an instance the server never had, as a
     lost DELETED would leave) is replaced by a full fetch at the next change."""
-    node = await ready(session, await start_node(**MODES[mode]))
+    node = await start_node(**MODES[mode])
     async with DiscoveryClient(node.eureka, register=False, fetch_interval=0.5) as client:
         await eventually(lambda: client.sync_mode, lambda now: now == mode, what="the mode")
         ghost = Instance(
@@ -94,7 +94,7 @@ async def test_a_copy_that_went_wrong_is_fetched_again_in_full(mode, start_node,
 async def test_credentials_in_the_url_and_the_instance_s_own_status(start_node, session):
     """Basic credentials from the URL on every call and the stream; the instance's own
     status changes reach the others; a wrong password registers nothing."""
-    node = await ready(session, await start_node(client_credentials="svc:s3cret"))
+    node = await start_node(client_credentials="svc:s3cret")
     url = f"http://svc:s3cret@127.0.0.1:{node.port}/eureka/"
     async with (
         DiscoveryClient(url, register=False) as watcher,

@@ -1,4 +1,11 @@
-"""The servers under test, as real subprocesses on loopback, and what they cost in memory."""
+"""The servers under test, as real subprocesses on loopback, and what they cost in memory.
+
+The registry's command line and environment are the test suite's (tests/processes.py); the
+process itself is run here: its log goes to the terminal, its start-up is timed from the spawn
+to the first answer at a poll as fine as the figure needs, its CPU and memory are read from
+/proc, and the bench's other processes (the ceiling server, the observers) are run and measured
+the same way.
+"""
 
 from __future__ import annotations
 
@@ -17,6 +24,7 @@ import orjson
 
 from tests.bench import workloads
 from tests.helpers import free_port
+from tests.processes import registry_env, serve_command
 
 READY_TIMEOUT = 30.0
 POLL = 0.05
@@ -64,16 +72,17 @@ async def registry(
     # Made and removed in a thread: the test suite runs this too, and its loop must not block.
     data_dir = await asyncio.to_thread(tempfile.mkdtemp, prefix="bench-data-")
     try:
-        env = {
-            **os.environ,
-            "REGISTRY_LOG_LEVEL": "warning",
-            "REGISTRY_LOG_FORMAT": "json",
-            "REGISTRY_DATA_DIR": data_dir,  # each server's store its own, gone afterwards
-            "REGISTRY_FETCH_RATE_LIMIT": "0",  # the load comes from one address, on purpose
-            "REGISTRY_MAX_CONNECTIONS_PER_ADDRESS": "0",  # and so do its thousand connections
-            **{f"REGISTRY_{key.upper()}": str(value) for key, value in settings.items()},
-        }
-        command = [sys.executable, "-m", "registry", "serve", "--port", str(port)]
+        env = registry_env(
+            {
+                "log_level": "warning",
+                "log_format": "json",
+                "data_dir": data_dir,  # each server's store its own, gone afterwards
+                "fetch_rate_limit": 0,  # the load comes from one address, on purpose
+                "max_connections_per_address": 0,  # and so do its thousand connections
+                **settings,
+            }
+        )
+        command = serve_command(port)
         url = f"http://127.0.0.1:{port}"
         async with _process(command, env, url, ready_path, poll=ready_poll) as server:
             yield server

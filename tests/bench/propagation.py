@@ -46,7 +46,7 @@ from tests.bench import processes, workloads
 from tests.bench.gc_pauses import collections
 from tests.bench.scenarios import Plan, _percentile
 from tests.bench.send_floor import send_floor
-from tests.core.test_registry import make
+from tests.factories import make
 
 CRASH_APP = "CRASH"
 RENEWAL_SECONDS = 1  # the crashing instances' heartbeat interval
@@ -402,13 +402,13 @@ async def _sweep_watched(leases: int, max_fraction: float) -> dict[str, Any]:
         registry.register(make(f"i-{k}", app=f"APP{k % STALL_APPS}"), now_ms=long_ago)
     preservation = SelfPreservation(enabled=False)
     journal = DeltaJournal(retention_ms=180_000)
-    for listener in (
-        journal.record,
-        ResponseCache(max_age=30).invalidate,
-        preservation.on_change,
-        ChangeFeed(registry, clock, journal).on_change,
+    for part in (
+        journal,
+        ResponseCache(max_age=30),
+        preservation,
+        ChangeFeed(registry, clock, journal),
     ):
-        registry.subscribe(listener)
+        registry.subscribe(part)
     evictor = Evictor(registry, clock, preservation, interval=5, max_fraction=max_fraction)
     gc.collect()  # the set-up's garbage is not the sweep's
     gaps: list[float] = []

@@ -9,12 +9,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from registry.codec import Format, encode_instance, instance_from_wire, json_codec, xml_codec
-from registry.codec.wire import MAX_LEASE_SECS
 from registry.codec.xml_codec import escape_name, unescape_name
 from registry.core.model import (
-    AMAZON_CLASS,
-    ActionType,
-    DataCenterInfo,
     InstanceInfo,
     InstanceStatus,
     Lease,
@@ -22,66 +18,9 @@ from registry.core.model import (
     PortInfo,
 )
 from registry.errors import BadInput
+from tests.factories import instances
 
 NOW = 1_735_689_000_000
-
-# Text an instance may carry: anything XML 1.0 can hold.
-safe_text = st.text(
-    st.characters(blacklist_categories=("Cs", "Cc"), blacklist_characters="\ufffe\uffff"),
-    max_size=30,
-)
-# What ids may be: visible ASCII without '/', and not '.' or '..' (wire.check_path_segment)
-ids = st.text(
-    st.characters(min_codepoint=0x21, max_codepoint=0x7E, exclude_characters="/"), min_size=1
-).filter(lambda s: s not in (".", ".."))
-optional = st.none() | safe_text.filter(bool)
-ports = st.builds(PortInfo, st.integers(0, 65535), st.booleans())
-# "@class" is Java's type marker in a metadata map, never a key (readers drop it).
-keys = safe_text.filter(lambda key: key != "" and key != "@class")
-
-
-@st.composite
-def instances(draw: st.DrawFn) -> InstanceInfo:
-    amazon = draw(st.booleans())
-    data_center = (
-        DataCenterInfo(
-            name="Amazon",
-            class_name=AMAZON_CLASS,
-            metadata={
-                "instance-id": draw(ids),
-                **draw(st.dictionaries(keys, safe_text, max_size=3)),
-            },
-        )
-        if amazon
-        else DataCenterInfo(name=draw(st.sampled_from(["MyOwn", "Netflix"])))
-    )
-    return InstanceInfo(
-        instance_id=draw(ids),
-        app=draw(ids).upper(),
-        host_name=draw(ids),
-        ip_addr=draw(ids),
-        data_center_info=data_center,
-        status=draw(st.sampled_from(list(InstanceStatus))),
-        overridden_status=draw(st.sampled_from(list(InstanceStatus))),
-        port=draw(ports),
-        secure_port=draw(ports),
-        renewal_interval_secs=draw(st.integers(1, MAX_LEASE_SECS)),
-        duration_secs=draw(st.integers(1, MAX_LEASE_SECS)),
-        metadata=draw(st.dictionaries(keys, safe_text, max_size=4)),
-        sid=draw(st.sampled_from(["na", "sid-1"])),
-        country_id=draw(st.integers(0, 300)),
-        app_group_name=draw(optional.map(lambda s: s.upper() if s else None)),
-        home_page_url=draw(optional),
-        status_page_url=draw(optional),
-        health_check_url=draw(optional),
-        secure_health_check_url=draw(optional),
-        vip_address=draw(optional),
-        secure_vip_address=draw(optional),
-        last_updated_ms=draw(st.integers(0, 2**48)),
-        last_dirty_ms=draw(st.integers(0, 2**48)),
-        action_type=draw(st.sampled_from(list(ActionType))),
-        asg_name=draw(optional),
-    )
 
 
 def lease_of(instance: InstanceInfo) -> LeaseSnapshot:

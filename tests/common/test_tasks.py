@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
 from structlog.testing import capture_logs
 
 from registry.common.clock import FakeClock
-from registry.common.tasks import RESTART_PAUSE, Loops
+from registry.common.tasks import RESTART_PAUSE, Loops, cancel_and_wait
 
 
 async def test_a_loop_that_dies_is_started_again_after_a_pause_that_grows():
@@ -49,3 +50,68 @@ async def test_a_loop_that_ends_is_not_started_again_and_stop_ends_the_rest():
     await clock.advance(5.0)
     assert [1.0, 2.0] == ticks
     assert [] == loops.names
+
+
+class TestCancelAndWait:
+    async def test_the_tasks_own_cancellation_is_swallowed(self):
+        """The caller goes on once the task has ended cancelled."""
+        task = asyncio.ensure_future(asyncio.Event().wait())
+        await asyncio.sleep(0)  # the task is waiting
+        await cancel_and_wait(task)
+        assert task.cancelled()
+
+    async def test_a_caller_cancelled_while_it_waits_ends_cancelled(self):
+        """The task takes a while to stop; its caller, cancelled meanwhile, does not carry on
+        as if only the task had been cancelled."""
+        stopping, may_stop = asyncio.Event(), asyncio.Event()
+        carried_on = []
+
+        async def slow_to_stop() -> None:
+            try:
+                await asyncio.Event().wait()
+            finally:
+                stopping.set()
+                await may_stop.wait()  # its clean-up takes a while
+
+        async def caller() -> None:
+            task = asyncio.ensure_future(slow_to_stop())
+            await asyncio.sleep(0)
+            await cancel_and_wait(task)
+            carried_on.append(True)
+
+        calling = asyncio.ensure_future(caller())
+        await stopping.wait()  # the caller waits for the task to stop
+        calling.cancel()
+        may_stop.set()
+        with pytest.raises(asyncio.CancelledError):
+            await calling
+        assert (True, []) == (calling.cancelled(), carried_on)
+
+    async def test_a_caller_cancelled_while_a_task_swallows_its_cancellation_ends_cancelled(
+        self,
+    ):
+        """A task that ends normally though cancelled wakes its waiter as if nothing were
+        cancelled: the caller's own cancellation still ends it."""
+        stopping, may_stop = asyncio.Event(), asyncio.Event()
+        carried_on = []
+
+        async def swallows() -> None:
+            try:
+                await asyncio.Event().wait()
+            except asyncio.CancelledError:
+                stopping.set()
+                await may_stop.wait()
+
+        async def caller() -> None:
+            task = asyncio.ensure_future(swallows())
+            await asyncio.sleep(0)
+            await cancel_and_wait(task)
+            carried_on.append(True)
+
+        calling = asyncio.ensure_future(caller())
+        await stopping.wait()
+        calling.cancel()
+        may_stop.set()
+        with pytest.raises(asyncio.CancelledError):
+            await calling
+        assert (True, []) == (calling.cancelled(), carried_on)

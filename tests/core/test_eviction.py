@@ -14,7 +14,7 @@ from registry.appkeys import JOURNAL
 from registry.core.eviction import Evictor
 from registry.core.preservation import SelfPreservation
 from registry.core.registry import Registry
-from tests.core.test_registry import make
+from tests.factories import make
 from tests.helpers import fetch_json, register, registry_of
 
 
@@ -116,12 +116,14 @@ class TestCap:
         assert 13 == await evictor.sweep()
         assert 72 == len(registry)
 
-    async def test_while_self_preservation_applies_the_cap_is_per_minute(self):
-        """Renewals are counted by the minute, so sweeps every 5 s share one minute's 15 %."""
+    @pytest.mark.parametrize("window", [60, 10])
+    async def test_while_self_preservation_applies_the_cap_is_per_window(self, window):
+        """Renewals are counted per window (Eureka's minute by default), so sweeps every 5 s
+        share one window's 15 %: the cap frees up a window on."""
         clock = FakeClock()
         registry = Registry()
-        preservation = SelfPreservation()
-        registry.subscribe(preservation.on_change)
+        preservation = SelfPreservation(window=window)
+        registry.subscribe(preservation)
         fill(registry, clock, 100)
         await clock.advance(100)
         for lease in list(registry.leases())[:60]:
@@ -131,8 +133,8 @@ class TestCap:
         assert 15 == await evictor.sweep()
         await clock.advance(5)
         assert 0 == await evictor.sweep()
-        await clock.advance(55)
-        assert 13 == await evictor.sweep()  # a minute on: 15 % of the 85 left
+        await clock.advance(window - 5)
+        assert 13 == await evictor.sweep()  # a window on: 15 % of the 85 left
 
     async def test_a_configured_fraction_raises_the_cap(self):
         clock = FakeClock()
@@ -264,6 +266,34 @@ class TestSelfPreservationScenarios:
         assert not (await self.preservation(client))["evicting"]
         await self.renew(client, clock, ids, seconds=30)
         assert 9 == len(registry_of(client))
+
+
+class TestRenewalWindow:
+    @pytest.fixture
+    def settings(self) -> Settings:
+        return Settings(renewal_window=10)
+
+    async def test_renewals_are_counted_and_judged_per_window(self, client, clock):
+        """Twelve clients renewing every 5 s: at the end of the first 10 s window their 24
+        renewals are counted, against the 24 1/3 expected a window (Spring's initial client
+        at 30 s and theirs at 5 s), T = 20: eviction runs."""
+        ids = [f"i-{n}" for n in range(12)]
+        lease = {"renewalIntervalInSecs": 5, "durationInSecs": 15}
+        for iid in ids:
+            await register(client, iid=iid, leaseInfo=lease)
+        for _ in range(2):
+            for iid in ids:
+                assert 200 == (await client.put(f"/eureka/apps/ORDERS/{iid}")).status
+            status = await TestSelfPreservationScenarios().preservation(client)
+            assert (None, False) == (status["renews-last-minute"], status["evicting"])
+            await clock.advance(5)
+        status = await TestSelfPreservationScenarios().preservation(client)
+        assert (24, 20, True) == (
+            status["renews-last-minute"],
+            status["renews-threshold"],
+            status["evicting"],
+        )
+        assert "24 renewals in the last 10 s, above the threshold of 20" == status["reason"]
 
 
 class TestEurekasSelfPreservation:

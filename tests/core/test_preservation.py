@@ -11,7 +11,8 @@ from registry.core.preservation import (
     renewal_threshold,
 )
 from registry.core.registry import Registry
-from tests.core.test_registry import T0, evict_expired, make
+from tests.factories import T0, make
+from tests.helpers import evict_expired
 
 MIN = 60_000
 
@@ -69,7 +70,7 @@ def test_recount_refuses_drops_of_15_percent_or_more(
 
 def registry_with(preservation: SelfPreservation) -> Registry:
     registry = Registry()
-    registry.subscribe(preservation.on_change, first_renewal=preservation.first_renewal)
+    registry.subscribe(preservation)
     return registry
 
 
@@ -116,6 +117,29 @@ class TestWorkedExamples:
         assert not sp.judge(10).evict
         sp.recount(now=900, now_ms=T0 + 900_000, renewing=[])
         assert sp.judge(10).evict
+
+
+class TestRenewalWindow:
+    def test_the_expectation_is_per_window(self):
+        """With a 10 s window one client renewing every 10 s and Spring's initial one (30 s)
+        are expected to send 1 + 1/3 renewals a window, not 8 a minute: T = int(1.33 x 0.85)."""
+        sp = SelfPreservation(min_instances=0, window=10)
+        register(registry_with(sp), 1, interval=10)
+        assert (2, 4 / 3, 1) == (sp.expected_clients, sp.expected_per_minute, sp.threshold)
+
+    def test_the_verdict_names_the_window(self):
+        sp = SelfPreservation(min_instances=0, window=10)
+        register(registry_with(sp), 10, interval=5)
+        assert "the first 10 s is not over yet" in sp.judge(10).reason
+        sp.end_minute(5)
+        assert not sp.judge(10).evict
+        assert sp.judge(10).reason.startswith("5 renewals in the last 10 s, not above")
+
+    def test_the_default_window_is_eurekas_minute(self):
+        sp = SelfPreservation(min_instances=0)
+        register(registry_with(sp), 1, interval=10)
+        assert (60.0, 8.0) == (sp.window, sp.expected_per_minute)
+        assert "the first minute is not over yet" in sp.judge(1).reason
 
 
 class TestOurDifferences:
@@ -213,7 +237,7 @@ class TestOurDifferences:
         register(registry, 1, interval=10, prefix="j")
         other = Registry()  # an instance E never counted
         register(other, 1, prefix="k")
-        other.subscribe(sp.on_change)
+        other.subscribe(sp)
         evict_expired(registry, now_ms=T0 + 100_000)
         assert (0, 0) == (sp.expected_clients, sp.threshold)
         evict_expired(other, now_ms=T0 + 100_000)

@@ -8,58 +8,27 @@ import pytest
 
 from registry.core.model import (
     ActionType,
-    ChangeEvent,
-    DataCenterInfo,
-    InstanceInfo,
     InstanceStatus,
 )
 from registry.core.overrides import Note, OverrideChange
 from registry.core.registry import Registry
 from registry.errors import LimitReached, StaleReplica, UnknownInstance
+from tests.factories import T0, make
+from tests.helpers import evict_expired
+from tests.recorders import Changes, OverrideChanges
 
 S = InstanceStatus
-T0 = 1_735_689_000_000
-
-
-def make(
-    iid: str = "i-1",
-    app: str = "ORDERS",
-    status: S = S.UP,
-    dirty: int = T0,
-    **fields: object,
-) -> InstanceInfo:
-    return InstanceInfo(
-        instance_id=iid,
-        app=app,
-        host_name=f"{iid}.internal",
-        ip_addr="10.0.0.5",
-        data_center_info=DataCenterInfo(name="MyOwn"),
-        status=status,
-        last_dirty_ms=dirty,
-        last_updated_ms=dirty,
-        **fields,  # type: ignore[arg-type]
-    )
-
-
-def evict_expired(registry: Registry, *, now_ms: int, extra_ms: int = 0) -> int:
-    """Evict every expired lease at once, as a sweep without a cap does."""
-    return sum(
-        registry.evict(
-            lease.instance.app, lease.instance.instance_id, now_ms=now_ms, extra_ms=extra_ms
-        )
-        for lease in list(registry.leases())
-    )
 
 
 @pytest.fixture
-def events() -> list[ChangeEvent]:
-    return []
+def events() -> Changes:
+    return Changes()
 
 
 @pytest.fixture
-def registry(events: list[ChangeEvent]) -> Registry:
+def registry(events: Changes) -> Registry:
     r = Registry()
-    r.subscribe(events.append)
+    r.subscribe(events)
     return r
 
 
@@ -151,7 +120,7 @@ class TestRegister:
     def test_overridden_status_in_a_registration_becomes_the_override(self, registry):
         """A registration carrying overriddenStatus (how peers hand overrides over) stores it."""
         registry.register(make(overridden_status=S.OUT_OF_SERVICE), now_ms=T0, is_replication=True)
-        assert {"i-1": S.OUT_OF_SERVICE} == dict(registry.overrides())
+        assert {"i-1": S.OUT_OF_SERVICE} == dict(registry.overrides)
         assert S.OUT_OF_SERVICE == status_of(registry)
 
 
@@ -201,10 +170,14 @@ class TestRenew:
             registry.renew("ORDERS", "i-1", now_ms=T0 + 7, last_dirty_ms=T0 + 1)
         assert T0 + 7 == registry.get("ORDERS", "i-1", now_ms=T0 + 7).last_renewal_ms
 
-    def test_older_dirty_timestamp_from_a_client_is_fine(self, registry):
-        """A client whose data is older than ours just gets its 200."""
+    def test_older_dirty_timestamp_from_a_client_is_fine(self, registry, events):
+        """A client whose data is older than ours just gets its 200: the lease is renewed, and
+        our newer data stays, unchanged."""
         registry.register(make(dirty=T0 + 10), now_ms=T0)
         registry.renew("ORDERS", "i-1", now_ms=T0 + 1, last_dirty_ms=T0)
+        lease = registry.get("ORDERS", "i-1", now_ms=T0 + 1)
+        assert (T0 + 1, T0 + 10) == (lease.last_renewal_ms, lease.instance.last_dirty_ms)
+        assert [ActionType.ADDED] == [e.action for e in events]
 
     def test_older_dirty_timestamp_from_a_peer_is_409_with_our_copy(self, registry):
         """A peer with older data gets a conflict carrying our instance."""
@@ -217,13 +190,17 @@ class TestRenew:
         """A replicated heartbeat with newer data and an override stores the override, then 404."""
         registry.register(make(), now_ms=T0)
         hand_over_override(registry, S.OUT_OF_SERVICE)
-        assert {"i-1": S.OUT_OF_SERVICE} == dict(registry.overrides())
+        assert {"i-1": S.OUT_OF_SERVICE} == dict(registry.overrides)
 
     def test_dirty_check_can_be_turned_off(self):
-        """With sync_when_timestamp_differs off, lastDirtyTimestamp is not compared."""
+        """With sync_when_timestamp_differs off, lastDirtyTimestamp is not compared: a caller
+        with newer data is renewed (no 404), and a peer with older data too (no 409)."""
         registry = Registry(sync_when_timestamp_differs=False)
-        registry.register(make(), now_ms=T0)
+        registry.register(make(dirty=T0 + 10), now_ms=T0)
         registry.renew("ORDERS", "i-1", now_ms=T0 + 1, last_dirty_ms=T0 + 99)
+        registry.renew("ORDERS", "i-1", now_ms=T0 + 2, last_dirty_ms=T0, is_replication=True)
+        lease = registry.get("ORDERS", "i-1", now_ms=T0 + 2)
+        assert (T0 + 2, T0 + 10) == (lease.last_renewal_ms, lease.instance.last_dirty_ms)
 
 
 class TestLeaseExpiry:
@@ -289,21 +266,21 @@ class TestCancel:
         registry.set_status_override("ORDERS", "i-1", S.DOWN, now_ms=T0)
         registry.cancel("ORDERS", "i-1", now_ms=T0 + 3)
         assert 0 == len(registry)
-        assert {"i-1": S.DOWN} == dict(registry.overrides())
+        assert {"i-1": S.DOWN} == dict(registry.overrides)
         assert ActionType.DELETED == events[-1].action
         assert T0 + 3 == events[-1].lease.instance.last_updated_ms
         assert S.DOWN is registry.register(make(), now_ms=T0 + 4).status
         registry.delete_status_override("ORDERS", "i-1", now_ms=T0 + 5)
-        assert {} == dict(registry.overrides())
+        assert {} == dict(registry.overrides)
 
     def test_the_override_of_an_instance_gone_is_kept_until_an_admin_deletes_it(self, registry):
         registry.register(make(overridden_status=S.DOWN), now_ms=T0, is_replication=True)
         evict_expired(registry, now_ms=T0 + 200_000)
         with pytest.raises(UnknownInstance):
             registry.cancel("ORDERS", "i-1", now_ms=T0 + 200_001)
-        assert {"i-1": S.DOWN} == dict(registry.overrides())
+        assert {"i-1": S.DOWN} == dict(registry.overrides)
         registry.delete_status_override("ORDERS", "i-1", now_ms=T0 + 200_002)
-        assert {} == dict(registry.overrides())
+        assert {} == dict(registry.overrides)
         with pytest.raises(UnknownInstance):  # neither an instance nor an override
             registry.delete_status_override("ORDERS", "i-1", now_ms=T0 + 200_003)
 
@@ -315,7 +292,7 @@ class TestCancel:
         registry.delete_status_override("ORDERS", "i-1", now_ms=T0 + 90_001, status=S.UP)
         (lease,) = registry.application("ORDERS")
         assert ({}, S.UP, S.UNKNOWN) == (
-            dict(registry.overrides()),
+            dict(registry.overrides),
             lease.instance.status,
             lease.instance.overridden_status,
         )
@@ -326,7 +303,7 @@ class TestCancel:
         registry.set_status_override("ORDERS", "i-1", S.OUT_OF_SERVICE, now_ms=T0)
         with pytest.raises(UnknownInstance, match="it is in 'ORDERS'"):
             registry.delete_status_override("BILLING", "i-1", now_ms=T0 + 1)
-        assert {"i-1": S.OUT_OF_SERVICE} == dict(registry.overrides())
+        assert {"i-1": S.OUT_OF_SERVICE} == dict(registry.overrides)
 
 
 class TestOverrideNotes:
@@ -339,11 +316,11 @@ class TestOverrideNotes:
     def test_a_note_comes_with_its_override_and_goes_with_it(self, registry):
         registry.register(make(), now_ms=T0)
         registry.set_status_override("ORDERS", "i-1", S.OUT_OF_SERVICE, now_ms=T0, note=self.note())
-        assert self.note() == registry.notes.of("i-1", S.OUT_OF_SERVICE)
+        assert self.note() == registry.overrides.notes.of("i-1", S.OUT_OF_SERVICE)
         registry.cancel("ORDERS", "i-1", now_ms=T0 + 1)  # the override and its note stay
-        assert self.note() == registry.notes.of("i-1", S.OUT_OF_SERVICE)
+        assert self.note() == registry.overrides.notes.of("i-1", S.OUT_OF_SERVICE)
         registry.delete_status_override("ORDERS", "i-1", now_ms=T0 + 2)
-        assert None is registry.notes.of("i-1", S.OUT_OF_SERVICE)
+        assert None is registry.overrides.notes.of("i-1", S.OUT_OF_SERVICE)
 
     def test_overrides_expire_when_their_time_comes_and_not_before(self, registry):
         registry.register(make("a"), now_ms=T0)
@@ -354,14 +331,14 @@ class TestOverrideNotes:
         )
         assert [] == registry.expire_due(now_ms=T0 + 59_999)
         assert [("ORDERS", "a")] == registry.expire_due(now_ms=T0 + 60_000)
-        assert {"b": S.OUT_OF_SERVICE} == dict(registry.overrides())
+        assert {"b": S.OUT_OF_SERVICE} == dict(registry.overrides)
         assert S.UNKNOWN is registry.get("ORDERS", "a", now_ms=T0 + 60_000).instance.status
 
     def test_a_peers_note_is_taken_for_an_override_held_here(self, registry):
         registry.register(make(overridden_status=S.OUT_OF_SERVICE), now_ms=T0, is_replication=True)
         theirs = [("i-1", self.note()), ("i-2", self.note())]
-        assert ["i-1"] == registry.take_notes(theirs)
-        assert self.note() == registry.notes.of("i-1", S.OUT_OF_SERVICE)
+        assert ["i-1"] == registry.overrides.take_notes(theirs)
+        assert self.note() == registry.overrides.notes.of("i-1", S.OUT_OF_SERVICE)
 
 
 class TestOverrideChanges:
@@ -371,8 +348,8 @@ class TestOverrideChanges:
 
     @pytest.fixture
     def changes(self, registry: Registry) -> list[OverrideChange]:
-        told: list[OverrideChange] = []
-        registry.subscribe(lambda event: None, overrides=told.append)
+        told = OverrideChanges()
+        registry.subscribe(told)
         return told
 
     @staticmethod
@@ -431,7 +408,7 @@ class TestOverrideChanges:
             make("c", overridden_status=S.UP, dirty=T0 + 9), now_ms=T0 + 2, last_renewal_ms=T0
         )
         note = Note("ORDERS", S.UP, "canary", T0 + 1, None, "ops")
-        registry.take_notes([("c", note)])
+        registry.overrides.take_notes([("c", note)])
         assert [
             ("set", "a", S.DOWN, None),
             ("set", "i-1", S.OUT_OF_SERVICE, None),
@@ -454,7 +431,7 @@ class TestOverrideChanges:
             now_ms=T0,
         )
         assert [("set", "c", S.OUT_OF_SERVICE, None)] == self.seen(changes)
-        assert {"a": S.DOWN, "c": S.OUT_OF_SERVICE} == dict(registry.overrides())
+        assert {"a": S.DOWN, "c": S.OUT_OF_SERVICE} == dict(registry.overrides)
 
     def test_a_note_of_another_status_does_not_come_back(self, registry, changes):
         """An override changed without a note loses its note: the status it was given for
@@ -465,10 +442,10 @@ class TestOverrideChanges:
         registry.set_status_override("ORDERS", "a", S.OUT_OF_SERVICE, now_ms=T0, note=note)
         registry.set_status_override("ORDERS", "a", S.DOWN, now_ms=T0 + 1)
         registry.set_status_override("ORDERS", "a", S.OUT_OF_SERVICE, now_ms=T0 + 2)
-        assert None is registry.notes.of("a", S.OUT_OF_SERVICE)
+        assert None is registry.overrides.notes.of("a", S.OUT_OF_SERVICE)
         registry.set_status_override("ORDERS", "a", S.OUT_OF_SERVICE, now_ms=T0 + 3, note=note)
         registry.adopt(make("a", dirty=T0 + 9), now_ms=T0 + 4, last_renewal_ms=T0 + 4)
-        assert note == registry.notes.of("a", S.OUT_OF_SERVICE)
+        assert note == registry.overrides.notes.of("a", S.OUT_OF_SERVICE)
         assert S.OUT_OF_SERVICE is registry.get("ORDERS", "a", now_ms=T0 + 4).instance.status
 
 
@@ -492,7 +469,7 @@ class TestOverrides:
         """Unlike Eureka, an override equal to the current status is stored."""
         registry.register(make(), now_ms=T0)
         registry.set_status_override("ORDERS", "i-1", S.UP, now_ms=T0)
-        assert {"i-1": S.UP} == dict(registry.overrides())
+        assert {"i-1": S.UP} == dict(registry.overrides)
 
     def test_setting_the_same_override_twice_emits_once(self, registry, events):
         """Repeating an override in force changes nothing."""
@@ -524,7 +501,7 @@ class TestOverrides:
         assert (S.UP, S.UNKNOWN, {}) == (
             instance.status,
             instance.overridden_status,
-            dict(registry.overrides()),
+            dict(registry.overrides),
         )
 
     def test_delete_without_override_only_holds_the_lease(self, registry, events):
@@ -534,7 +511,7 @@ class TestOverrides:
         registry.delete_status_override("ORDERS", "i-1", now_ms=T0 + 4)
         assert S.UP == status_of(registry)
         assert not registry.get("ORDERS", "i-1", now_ms=T0 + 90_004).is_expired(T0 + 90_004)
-        assert (1, T0 + 4) == (len(events), registry.notes.removed_at("i-1"))
+        assert (1, T0 + 4) == (len(events), registry.overrides.notes.removed_at("i-1"))
 
 
 class TestMetadata:

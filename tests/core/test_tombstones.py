@@ -11,7 +11,7 @@ from registry.errors import RemovedHere, StaleReplica, UnknownInstance
 from registry.reads.journal import DeltaJournal
 from registry.store.restore import restore
 from registry.store.sqlite import Store
-from tests.core.test_registry import T0, make
+from tests.factories import T0, make
 
 MARGIN = 10_000
 HOUR = 3_600_000

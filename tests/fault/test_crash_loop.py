@@ -17,23 +17,20 @@ import asyncio
 import os
 import random
 import signal
-import sys
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import aiohttp
 import orjson
 import pytest
 
-from tests.helpers import free_port, instance_doc, until_ready
+from tests.helpers import instance_doc
 
 pytestmark = pytest.mark.slow
 
 ROUNDS = int(os.environ.get("REGISTRY_CRASH_ROUNDS", "10"))
 SEED = int(os.environ.get("REGISTRY_CRASH_SEED", "16"))
-ROOT = Path(__file__).resolve().parents[2]
 FLUSH = 0.2  # store_flush_interval
 WINDOW = FLUSH + 0.8  # what a SIGKILL may cost: the flush interval and the write in flight
 JSON = {"Accept": "application/json"}
@@ -52,28 +49,6 @@ class Acknowledged:
 async def session() -> AsyncIterator[aiohttp.ClientSession]:
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as session:
         yield session
-
-
-async def start(data: Path, port: int) -> asyncio.subprocess.Process:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("REGISTRY_")}
-    env |= {
-        "REGISTRY_DATA_DIR": str(data),
-        "REGISTRY_STORE_FLUSH_INTERVAL": str(FLUSH),
-        "REGISTRY_FETCH_RATE_LIMIT": "0",
-        "REGISTRY_LOG_LEVEL": "warning",
-    }
-    return await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "registry",
-        "serve",
-        "--port",
-        str(port),
-        cwd=ROOT,
-        env=env,
-        stdout=asyncio.subprocess.DEVNULL,
-        stderr=asyncio.subprocess.DEVNULL,
-    )
 
 
 async def traffic(
@@ -115,35 +90,32 @@ async def listed(session: aiohttp.ClientSession, base: str) -> tuple[list[str], 
     return ids, overrides
 
 
-async def test_nothing_acknowledged_is_lost_across_kills(session, tmp_path):
+async def test_nothing_acknowledged_is_lost_across_kills(session, servers, tmp_path):
     rng = random.Random(SEED)
-    port, acked = free_port(), Acknowledged()
-    base = f"http://127.0.0.1:{port}"
+    acked = Acknowledged()
+    server = servers.new(
+        data_dir=tmp_path, store_flush_interval=FLUSH, fetch_rate_limit=0, log_level="warning"
+    )
+    base = server.base
     # What a SIGKILL may have cost: changes acknowledged within the window before it.
     may_be_lost: set[str] = set()
     for round_ in range(ROUNDS + 1):  # the last start only checks the last kill
-        process = await start(tmp_path, port)
-        try:
-            await until_ready(session, base)
-            ids, overrides = await listed(session, base)
-            assert len(ids) == len(set(ids)), "an instance listed twice"
-            assert acked.overrides.items() <= overrides.items(), f"round {round_}: overrides lost"
-            missing = set(acked.registered) - set(acked.cancelled) - may_be_lost - set(ids)
-            assert not missing, f"round {round_}: registrations lost: {sorted(missing)[:5]}"
-            back = set(acked.cancelled) & set(ids)
-            assert not back, f"round {round_}: cancels undone: {sorted(back)[:5]}"
-            if round_ == ROUNDS:
-                break
-            running = asyncio.ensure_future(traffic(session, base, round_, acked))
-            await asyncio.sleep(rng.uniform(0.3, 1.2))
-            sigkill = rng.random() < 0.5
-            process.send_signal(signal.SIGKILL if sigkill else signal.SIGTERM)
-            since = time.monotonic() - WINDOW if sigkill else time.monotonic()
-            await asyncio.wait_for(process.wait(), 30)
-            await asyncio.gather(running, return_exceptions=True)
-            may_be_lost |= {i for i, at in acked.registered.items() if at >= since}
-        finally:
-            if process.returncode is None:
-                process.kill()
-                await process.wait()
+        await server.start()  # the same port and data each round
+        ids, overrides = await listed(session, base)
+        assert len(ids) == len(set(ids)), "an instance listed twice"
+        assert acked.overrides.items() <= overrides.items(), f"round {round_}: overrides lost"
+        missing = set(acked.registered) - set(acked.cancelled) - may_be_lost - set(ids)
+        assert not missing, f"round {round_}: registrations lost: {sorted(missing)[:5]}"
+        back = set(acked.cancelled) & set(ids)
+        assert not back, f"round {round_}: cancels undone: {sorted(back)[:5]}"
+        if round_ == ROUNDS:
+            break
+        running = asyncio.ensure_future(traffic(session, base, round_, acked))
+        await asyncio.sleep(rng.uniform(0.3, 1.2))  # a kill at a random moment of the traffic
+        sigkill = rng.random() < 0.5
+        server.send_signal(signal.SIGKILL if sigkill else signal.SIGTERM)
+        since = time.monotonic() - WINDOW if sigkill else time.monotonic()
+        await server.wait(30)
+        await asyncio.gather(running, return_exceptions=True)
+        may_be_lost |= {i for i, at in acked.registered.items() if at >= since}
     assert ROUNDS * 10 < len(acked.registered)  # the rounds did carry traffic

@@ -30,7 +30,8 @@ from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
 from registry.http.routes import PREFIXES, UNVERSIONED, VERSIONED
-from tests.helpers import free_port, instance_doc, registry_process
+from tests.helpers import instance_doc
+from tests.processes import ServerProcess
 
 pytestmark = pytest.mark.slow
 
@@ -58,11 +59,13 @@ ROUTES = [
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
-    """A real process with a store, three tracked instances and an override; its port."""
-    port, data = free_port(), tmp_path_factory.mktemp("fuzz")
-    settings = {"data_dir": str(data), "fetch_rate_limit": "0", "log_format": "json"}
-    stderr = (data / "stderr.log").open("wb")
-    process = registry_process(port, settings | {"log_level": "warning"}, stderr)
+    """A real process with a store, three tracked instances and an override; its port.
+    Started outside any event loop: these tests are synchronous (hypothesis drives them)."""
+    data = tmp_path_factory.mktemp("fuzz")
+    settings = {"data_dir": data, "fetch_rate_limit": 0, "log_format": "json"}
+    process = ServerProcess(data / "stderr.log", settings=settings | {"log_level": "warning"})
+    process.spawn()
+    port = process.port
     try:
         _wait_ready(port)
         for app, iid in TRACKED:
@@ -71,16 +74,15 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
         assert 200 == _call(port, "PUT", "/eureka/apps/ORDERS/i-2/status?value=DOWN")[0]
         yield port
     finally:
-        process.terminate()
-        process.wait(30)
-        stderr.close()
+        process.stop_blocking(timeout=30)
     # A 5xx is logged as an error: none may have been.
-    for line in (data / "stderr.log").read_text().splitlines():
+    for line in process.log_text().splitlines():
         logged = json.loads(line)
         assert logged.get("level") not in ("error", "critical"), line
 
 
 def _wait_ready(port: int) -> None:
+    """Poll `/readyz` with this module's blocking calls until it answers 200."""
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
         try:

@@ -22,7 +22,8 @@ import orjson
 import pytest
 
 from registry.http.connections import raise_file_limit
-from tests.helpers import eventually, free_port, instance_doc, registry_process, until_ready
+from tests.helpers import eventually, instance_doc
+from tests.processes import ServerProcess
 
 pytestmark = pytest.mark.slow
 
@@ -58,11 +59,12 @@ class Server:
     @classmethod
     @contextlib.asynccontextmanager
     async def probing(
-        cls, base: str, credential: str = CLIENT, app: str = "PROBE"
+        cls, process: ServerProcess, credential: str = CLIENT, app: str = "PROBE"
     ) -> AsyncIterator[Server]:
-        """A session on `base`, once it is ready, with the probe instance registered."""
+        """A session on `process`, once it is ready, with the probe instance registered."""
+        await process.wait_ready()
+        base = process.base
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
-            await until_ready(session, base)
             doc = {"instance": instance_doc(app, "p-1")}
             url, headers = f"{base}/eureka/apps/{app}", auth(credential)
             async with session.post(url, json=doc, headers=headers) as r:
@@ -110,21 +112,20 @@ class Server:
 
 
 @contextlib.contextmanager
-def _served(directory: Path, **settings: str) -> Iterator[str]:
-    """A server process with no store and no fetch limit, and `settings`; its base URL."""
-    port = free_port()
-    with (directory / "server.log").open("wb") as log:
-        settings = {"store": "false", "fetch_rate_limit": "0", **settings}
-        process = registry_process(port, settings, log)
-        try:
-            yield f"http://127.0.0.1:{port}"
-        finally:
-            process.terminate()
-            process.wait(20)
+def _served(directory: Path, **settings: str) -> Iterator[ServerProcess]:
+    """A server process with no store and no fetch limit, and `settings`, started (outside
+    any event loop: some are shared by a module's tests); stopped on the way out."""
+    settings = {"store": "false", "fetch_rate_limit": "0", **settings}
+    server = ServerProcess(directory / "server.log", settings=settings)
+    server.spawn()
+    try:
+        yield server
+    finally:
+        server.stop_blocking()
 
 
 @pytest.fixture(scope="module")
-def base(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def base(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     """The server most attacks share, with credentials on every plane."""
     directory = tmp_path_factory.mktemp("hostile")
     with _served(
@@ -133,12 +134,12 @@ def base(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         admin_credentials=ADMIN,
         peer_credential=PEER,
         request_head_timeout="2",
-    ) as url:
-        yield url
+    ) as served:
+        yield served
 
 
 @pytest.fixture
-async def server(base: str) -> AsyncIterator[Server]:
+async def server(base: ServerProcess) -> AsyncIterator[Server]:
     async with Server.probing(base) as server:
         yield server
 
@@ -294,22 +295,22 @@ async def test_idle_sockets_from_one_address_are_capped_and_closed(server: Serve
 
 
 @pytest.fixture
-def fresh(tmp_path: Path) -> Iterator[str]:
+def fresh(tmp_path: Path) -> Iterator[ServerProcess]:
     """A server of the test's own: its first minute of counting renewals is the test's."""
-    with _served(tmp_path, client_credentials=CLIENT) as url:
-        yield url
+    with _served(tmp_path, client_credentials=CLIENT) as served:
+        yield served
 
 
-async def test_registrations_that_never_renew_cannot_hold_eviction(fresh: str) -> None:
+async def test_registrations_that_never_renew_cannot_hold_eviction(fresh: ServerProcess) -> None:
     """Twelve clients renewing every 5 s and one that renewed once and died (a 10 s lease);
     twenty registrations asking for a renewal a second and a lease of 68 years, never
     renewed. The dead instance is evicted once the first minute's renewals are counted, and
     the twenty show leases of an hour (before: the twenty raised the expected renewals to
     1 200 a minute, eviction was held, and the dead instance was served UP for good). No probe
     here: its renewals would count in the minute self-preservation judges."""
-    eureka, headers = fresh + "/eureka/", auth(CLIENT)
+    eureka, headers = fresh.eureka, auth(CLIENT)
+    await fresh.wait_ready()
     async with aiohttp.ClientSession(headers=headers) as session:
-        await until_ready(session, fresh)
 
         async def register(iid: str, interval: int, duration: int) -> None:
             lease = {"renewalIntervalInSecs": interval, "durationInSecs": duration}
@@ -347,18 +348,18 @@ async def test_registrations_that_never_renew_cannot_hold_eviction(fresh: str) -
 
 
 @pytest.fixture
-def bound(tmp_path: Path) -> Iterator[str]:
+def bound(tmp_path: Path) -> Iterator[ServerProcess]:
     """A server whose two client credentials are bound to their applications."""
     with _served(
         tmp_path,
         client_credentials="orders:o-pw,billing:b-pw",
         client_applications="orders=ORDERS,billing=BILLING",
-    ) as url:
-        yield url
+    ) as served:
+        yield served
 
 
 async def test_a_bound_credential_cannot_cancel_or_take_another_services_instance(
-    bound: str,
+    bound: ServerProcess,
 ) -> None:
     """With client_applications, billing's credential cannot cancel orders' instance, nor
     register its id with another address and a lastDirtyTimestamp 290 s ahead (which pinned

@@ -26,7 +26,7 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import aiohttp
@@ -34,12 +34,12 @@ import orjson
 import pytest
 
 from tests.helpers import instance_doc
+from tests.processes import ServerProcess
 
 pytestmark = pytest.mark.slow
 
 CUT_SECONDS = float(os.environ.get("REGISTRY_PARTITION_SECONDS", "60"))
 CONVERGED_WITHIN = 5.0
-ROOT = Path(__file__).resolve().parents[2]
 TAG = f"rg{os.getpid() % 10_000}"  # interface and namespace names stay under 15 characters
 SUBNET = "10.77.{}.{}"
 NET = os.getpid() % 200 + 20  # the third octet, so that two runs do not share a subnet
@@ -89,45 +89,36 @@ def hosts() -> Iterator[list[str]]:
 
 
 @pytest.fixture
-def nodes(hosts: list[str], tmp_path: Path) -> Iterator[list[str]]:
+async def nodes(hosts: list[str], tmp_path: Path) -> AsyncIterator[list[str]]:
     """A registry in each namespace, each listing all three; their base URLs."""
     urls = [f"http://{_address(n)}:{PORT}/eureka/" for n in (1, 2, 3)]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("REGISTRY_")}
-    env |= {
-        "REGISTRY_CLIENT_CREDENTIALS": "app:pw",
-        "REGISTRY_ADMIN_CREDENTIALS": "ops:pw",
-        "REGISTRY_PEER_CREDENTIAL": "peer:pw",
-        "REGISTRY_FETCH_RATE_LIMIT": "0",
-        "REGISTRY_LOG_FORMAT": "json",
-        "REGISTRY_LOG_LEVEL": "warning",
+    settings = {
+        "client_credentials": "app:pw",
+        "admin_credentials": "ops:pw",
+        "peer_credential": "peer:pw",
+        "fetch_rate_limit": 0,
+        "log_format": "json",
+        "log_level": "warning",
     }
-    processes = []
-    for n, space in enumerate(hosts, start=1):
-        log = (tmp_path / f"node{n}.log").open("wb")
-        processes.append(
-            subprocess.Popen(
-                [
-                    *("ip", "netns", "exec", space, sys.executable, "-m", "registry", "serve"),
-                    *("--host", _address(n), "--port", str(PORT), "--peers", ",".join(urls)),
-                ],
-                cwd=ROOT,
-                env=env | {"REGISTRY_DATA_DIR": str(tmp_path / f"data{n}")},
-                stdout=subprocess.DEVNULL,
-                stderr=log,
-            )
+    servers = [
+        ServerProcess(
+            tmp_path / f"node{n}.log",
+            PORT,
+            settings=settings | {"data_dir": tmp_path / f"data{n}"},
+            args=["--peers", ",".join(urls)],
+            host=_address(n),
+            wrapper=["ip", "netns", "exec", space],
         )
+        for n, space in enumerate(hosts, start=1)
+    ]
     try:
+        for server in servers:
+            await server.start(ready=None)  # the test waits until all three serve
         yield urls
     finally:
-        for process in processes:
-            process.terminate()
-        for process in processes:
-            try:
-                process.wait(20)
-            except subprocess.TimeoutExpired:
-                process.kill()
-        for n in (1, 2, 3):  # shown by pytest when the test failed
-            print(f"--- node {n} ---\n{(tmp_path / f'node{n}.log').read_text()[-3000:]}")
+        await asyncio.gather(*(server.stop() for server in servers if server.process))
+        for server in servers:  # shown by pytest when the test failed
+            print(await server.tail())
 
 
 async def _get(

@@ -6,7 +6,7 @@ from structlog.testing import capture_logs
 
 from registry.core.registry import Registry
 from registry.health.activity import Activity
-from tests.core.test_registry import T0, make
+from tests.factories import T0, make
 
 
 def test_counts_since_the_last_summary():

@@ -17,25 +17,20 @@ from registry import Settings, create_app
 from registry.core.model import InstanceStatus
 from registry.http.auth import Credentials, Role
 from registry.settings import SettingsError
+from tests.credentials import (
+    ADMIN_PW,
+    AS_ADMIN,
+    AS_BEARER,
+    AS_CLIENT,
+    AS_PEER,
+    CLIENT_PW,
+    PEER_PW,
+    SECURED,
+    TOKEN,
+    basic,
+)
 from tests.helpers import instance_doc, registry_of
 
-CLIENT_PW, ADMIN_PW, PEER_PW, TOKEN = "client-pw-1", "admin-pw-2", "peer-pw-3", "token-4"
-SECURED = Settings(
-    client_credentials=(f"svc:{CLIENT_PW}",),
-    admin_credentials=(f"ops:{ADMIN_PW}",),
-    admin_tokens=(TOKEN,),
-    peer_credential=f"peer:{PEER_PW}",
-)
-
-
-def basic(user: str, password: str) -> dict[str, str]:
-    return {"Authorization": "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()}
-
-
-AS_CLIENT = basic("svc", CLIENT_PW)
-AS_ADMIN = basic("ops", ADMIN_PW)
-AS_BEARER = {"Authorization": f"Bearer {TOKEN}"}
-AS_PEER = basic("peer", PEER_PW)
 NOBODY: dict[str, str] = {}
 WRONG = [basic("svc", "guess"), basic("ops", CLIENT_PW), {"Authorization": "Bearer guess"}]
 GARBLED = [{"Authorization": "Basic !!!"}, {"Authorization": "Digest x"}, {"Authorization": ""}]
@@ -104,7 +99,7 @@ async def call(client: TestClient, method: str, path: str, headers: dict[str, st
 def untouched(client: TestClient) -> None:
     """A refused call changed nothing: no override, and the instance still UP."""
     registry = registry_of(client)
-    assert {} == registry.overrides()
+    assert {} == registry.overrides
     lease = registry.get("ORDERS", "i-1", now_ms=registry_of(client).index)
     assert InstanceStatus.UP is lease.instance.status
     assert "zone" not in lease.instance.metadata
@@ -208,7 +203,7 @@ async def test_a_clients_cancel_and_re_registration_leave_the_admins_override(cl
         (entry["action"], entry["by"]) for entry in history["history"]
     ]
     assert 200 == await call(client, "DELETE", "/eureka/apps/ORDERS/i-1/status", AS_ADMIN)
-    assert {} == registry_of(client).overrides()
+    assert {} == registry_of(client).overrides
 
 
 async def test_no_credential_is_ever_logged(client):
@@ -259,7 +254,7 @@ async def test_a_client_cannot_set_an_override_through_a_registration(client):
         body = orjson.dumps({"instance": doc})
         response = await client.post("/eureka/apps/ORDERS", data=body, headers=_json(headers))
         assert 204 == response.status
-    assert {"i-3", "i-4"} == set(registry_of(client).overrides())
+    assert {"i-3", "i-4"} == set(registry_of(client).overrides)
 
 
 async def test_a_peer_replicating_an_override_is_not_named_as_its_admin(client):
@@ -341,7 +336,7 @@ class TestCredentialsBoundToApplications:
         assert 403 == await self.call(client, "PUT", "apps/BILLING/billing-1", orders)
         assert 403 == await self.call(client, "DELETE", "apps/BILLING/billing-1", orders)
         assert 200 == await self.call(client, "PUT", "apps/ORDERS/orders-1", orders)
-        # Unbound: any application, as the README says plainly; an admin: any too.
+        # Unbound: any application, as docs/operations.md says plainly; an admin: any too.
         assert 200 == await self.call(client, "PUT", "apps/ORDERS/orders-1", billing)
         assert 200 == await self.call(
             client, "PUT", "apps/BILLING/billing-1", basic("ops", ADMIN_PW)

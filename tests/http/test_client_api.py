@@ -179,7 +179,7 @@ class TestHeartbeat:
             headers=REPLICATION,
         )
         assert 404 == response.status
-        assert {"i-1": "OUT_OF_SERVICE"} == dict(registry_of(client).overrides())
+        assert {"i-1": "OUT_OF_SERVICE"} == dict(registry_of(client).overrides)
 
 
 class TestCancel:

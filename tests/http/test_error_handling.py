@@ -43,7 +43,7 @@ async def snapshot(client: TestClient, *paths: str) -> Snapshot:
     return Snapshot(
         size=len(registry),
         index=registry.index,
-        overrides={iid: status.value for iid, status in registry.overrides().items()},
+        overrides={iid: status.value for iid, status in registry.overrides.items()},
         documents={path: await fetch_json(client, path) for path in paths},
     )
 
@@ -282,7 +282,7 @@ class TestStatusValues:
         response = await client.put(f"{INSTANCE}/status{query}")
         await assert_error(response, 400, "bad_input", "value")
         await assert_unchanged(client, before)
-        assert {} == dict(registry_of(client).overrides())
+        assert {} == dict(registry_of(client).overrides)
 
     @pytest.mark.parametrize("query", ["?value=SLEEPING", "?value=", "?value=&x=1"])
     async def test_override_delete_with_unknown_status_is_refused(self, client, before, query):

@@ -2,21 +2,8 @@
 
 from __future__ import annotations
 
-from prometheus_client.parser import text_string_to_metric_families
-
 from registry import Settings, create_app
-from tests.helpers import register
-
-
-async def scrape(client) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    response = await client.get("/metrics")
-    assert 200 == response.status
-    assert response.headers["Content-Type"].startswith("text/plain")
-    return {
-        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
-        for family in text_string_to_metric_families(await response.text())
-        for sample in family.samples
-    }
+from tests.helpers import register, scrape
 
 
 def instances(metrics, app: str, status: str) -> float:

@@ -195,7 +195,7 @@ class TestItems:
         """A replicated registration does not count as the instance's own client call."""
         doc = instance_doc(iid="i-1", status="DOWN", overriddenStatus="OUT_OF_SERVICE")
         await post_batch(client, [item("Register", instanceInfo=doc)])
-        assert {"i-1": InstanceStatus.OUT_OF_SERVICE} == dict(registry_of(client).overrides())
+        assert {"i-1": InstanceStatus.OUT_OF_SERVICE} == dict(registry_of(client).overrides)
 
 
 class TestBody:

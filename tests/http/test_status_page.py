@@ -185,6 +185,7 @@ async def browser() -> AsyncIterator[Browser]:
         await browser.close()
 
 
+@pytest.mark.slow  # a real browser: seconds a test
 @pytest.mark.skipif(
     not CHROMIUM.exists(), reason=f"{CHROMIUM} is missing (Debian: apt-get install chromium)"
 )

@@ -13,9 +13,8 @@ from aiohttp import ClientResponse
 from registry import Settings
 from registry.appkeys import FEED
 from registry.reads import fanout as fanout_module
-from tests.core.test_registry import T0, make
-from tests.helpers import JSON, eventually, fetch_json, register, registry_of
-from tests.http.test_metrics_api import scrape
+from tests.factories import T0, make
+from tests.helpers import JSON, eventually, fetch_json, register, registry_of, scrape
 
 INDEX = "X-Registry-Index"
 
@@ -291,11 +290,7 @@ class TestWatchStream:
         assert 1 == client.app[FEED].watchers
         stream.close()
         await register(client)  # the next write finds the client gone
-        for _ in range(50):
-            if client.app[FEED].watchers == 0:
-                break
-            await asyncio.sleep(0.01)
-        assert 0 == client.app[FEED].watchers
+        await eventually(lambda: client.app[FEED].watchers, lambda n: n == 0, what="gone")
 
     async def test_idle_streams_get_keepalive_comments(self, client, clock):
         stream = await self.open(client)

@@ -41,13 +41,14 @@ from registry.codec.notes import notes_document, removals_document
 from registry.core.model import InstanceStatus, ReplicationAction
 from registry.core.overrides import Note
 from registry.core.registry import Registry
+from registry.core.subscriber import Subscriber
 from registry.errors import UnknownInstance
 from registry.http.peer_api import answer, removal_item
 from registry.reads.journal import DeltaJournal
 from registry.settings import Settings
 from registry.store.restore import restore
 from registry.store.sqlite import Snapshot, StoredOverride
-from tests.core.test_registry import make
+from tests.factories import make
 
 NODES = ("A", "B", "C")
 IDS = ("i-1", "i-2", "i-3", "i-4")
@@ -73,8 +74,8 @@ class Wire:
         registry = self.node.registry
         return {
             "applications": dict(await self.node.digests.current()),
-            "overrideNotes": notes_document(registry.notes, registry.overrides()),
-            "overridesRemoved": removals_document(registry.notes),
+            "overrideNotes": notes_document(registry.overrides.notes, registry.overrides),
+            "overridesRemoved": removals_document(registry.overrides.notes),
         }
 
     async def fetch_application(self, app: str) -> dict[str, Any] | None:
@@ -90,7 +91,7 @@ class Wire:
         return {"removed": [removal_item(t) for t in chosen]}
 
 
-class Node:
+class Node(Subscriber):
     def __init__(self, name: str, clock: FakeClock) -> None:
         self.name, self.clock = name, clock
         self.stored: Snapshot | None = None
@@ -100,6 +101,8 @@ class Node:
     def start(self) -> None:
         self.registry = Registry(removal_margin_ms=10_000, tombstone_retention_ms=3_600_000)
         self.digests = Digests(self.registry)
+        self.registry.subscribe(self.digests)
+        self.registry.subscribe(self)
         self.dispatchers = {}
         if self.stored is not None:
             restore(self.registry, DeltaJournal(retention_ms=1), self.stored, now_ms=self.now)
@@ -109,9 +112,8 @@ class Node:
             p.name: Dispatcher(Wire(p), self.registry, self.clock, Settings(), rng=random.Random(0))
             for p in peers
         }
-        self.registry.outbox = self.enqueue
 
-    def enqueue(
+    def on_replicate(
         self,
         action: ReplicationAction,
         app: str,
@@ -129,8 +131,10 @@ class Node:
         registry = self.registry
         leases = list(registry.leases())
         overrides = []
-        for iid, status in registry.overrides().items():
-            note = registry.notes.of(iid, status) or Note(APP, status, None, self.now, None)
+        for iid, status in registry.overrides.items():
+            note = registry.overrides.notes.of(iid, status) or Note(
+                APP, status, None, self.now, None
+            )
             overrides.append(
                 StoredOverride(APP, iid, status, note.reason, note.set_ms, None, note.by)
             )
@@ -141,7 +145,7 @@ class Node:
             epoch=None,
             renewals=[lease.last_renewal_ms for lease in leases],
             tombstones=list(registry.tombstones),
-            override_removals=list(registry.notes.removals()),
+            override_removals=list(registry.overrides.notes.removals()),
         )
 
     @property
@@ -383,7 +387,7 @@ class Cluster(RuleBasedStateMachine):
         for name, node in self.nodes.items():
             held = set(node.held())
             assert live == held, f"{name} holds {sorted(held)}, the live are {sorted(live)}"
-            overrides = dict(node.registry.overrides())
+            overrides = dict(node.registry.overrides)
             assert expected == overrides, f"{name}: {overrides}, the admins said {expected}"
         # An override removed leaves its instance UNKNOWN until its next heartbeat makes it
         # register again (contract 6.6): one more round, and every status agrees too.

@@ -8,7 +8,7 @@ import pytest
 from peers import digest as digest_module
 from peers.digest import Digests
 from registry.core.registry import Registry
-from tests.core.test_registry import T0, make
+from tests.factories import T0, make
 
 
 @pytest.fixture
@@ -29,6 +29,7 @@ def digested(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 async def test_only_the_changed_application_is_digested_again(digested: list[str]) -> None:
     registry = Registry()
     digests = Digests(registry)
+    registry.subscribe(digests)
     for app in ("A", "B", "C"):
         for n in range(3):
             registry.register(make(f"{app}-{n}", app=app), now_ms=T0)

@@ -8,7 +8,7 @@ from peers import items
 from peers.pending import Task
 from registry.core.model import InstanceStatus, ReplicationAction
 from registry.core.registry import Registry
-from tests.core.test_registry import T0, make
+from tests.factories import T0, make
 
 A = ReplicationAction
 

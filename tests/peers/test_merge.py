@@ -128,7 +128,7 @@ def test_the_later_of_two_admin_decisions_wins_on_both_sides():
     assert 0 == merge.take_overrides(registry, older_removal, now_ms=T0 + 60)
     later_removal = digest_answer([], [("i-1", T0 + 70)])
     assert 1 == merge.take_overrides(registry, later_removal, now_ms=T0 + 80)
-    assert {} == dict(registry.overrides())
+    assert {} == dict(registry.overrides)
     older_set = digest_answer([("i-1", "DOWN", T0 + 60)], [])
     assert 0 == merge.take_overrides(registry, older_set, now_ms=T0 + 80)
 
@@ -149,9 +149,9 @@ def test_a_peers_decision_dated_beyond_the_clock_skew_is_not_taken():
     assert 0 == merge.take_overrides(
         registry, digest_answer([("i-1", "OUT_OF_SERVICE", ahead)], []), now_ms=T0 + 60
     )
-    assert {} == dict(registry.overrides())
+    assert {} == dict(registry.overrides)
     merge.take_overrides(
         registry, digest_answer([("i-1", "OUT_OF_SERVICE", T0 + 50)], []), now_ms=T0 + 60
     )
     assert 0 == merge.take_overrides(registry, digest_answer([], [("i-1", ahead)]), now_ms=T0 + 60)
-    assert S.OUT_OF_SERVICE is dict(registry.overrides())["i-1"]
+    assert S.OUT_OF_SERVICE is dict(registry.overrides)["i-1"]

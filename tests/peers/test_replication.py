@@ -5,26 +5,28 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import aiohttp
 import orjson
 import pytest
-from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
 from peers.anti_entropy import SETTLE
-from peers.cluster import Cluster
-from peers.dispatcher import Dispatcher
 from registry import FakeClock, Settings, create_app
-from registry.appkeys import CLUSTER, LIFECYCLE, REGISTRY
+from registry.appkeys import LIFECYCLE
 from registry.core.model import InstanceStatus
-from registry.core.registry import Registry
 from tests.helpers import eventually, free_port, instance_doc, register
+from tests.peers.apps import (
+    AiohttpClient,
+    AiohttpServer,
+    dispatcher,
+    has,
+    register_on,
+    registry,
+    replicated,
+)
 
-AiohttpServer = Callable[[web.Application], Awaitable[TestServer]]
-AiohttpClient = Callable[[web.Application], Awaitable[TestClient]]
 REPLICATION = {"x-netflix-discovery-replication": "true"}
 
 
@@ -43,42 +45,6 @@ async def node(aiohttp_client: AiohttpClient, peer: TestServer, clock: FakeClock
     return client
 
 
-def dispatcher(node: TestClient) -> Dispatcher:
-    cluster: Cluster = node.app[CLUSTER]  # type: ignore[index]
-    [only] = cluster.dispatchers.values()
-    return only
-
-
-def registry(server: TestServer | TestClient) -> Registry:
-    return server.app[REGISTRY]  # type: ignore[index]
-
-
-def has(server: TestServer, iid: str) -> bool:
-    return any(lease.instance.instance_id == iid for lease in registry(server).leases())
-
-
-async def register_on(server: TestServer, app: str = "ORDERS", iid: str = "only-on-b") -> None:
-    """A registration made on `server` directly, as its own client's (no peer hears of it)."""
-    async with aiohttp.ClientSession() as session:
-        response = await session.post(
-            server.make_url(f"/eureka/apps/{app}"),
-            data=orjson.dumps({"instance": instance_doc(app, iid=iid)}),
-            headers={"Content-Type": "application/json"},
-        )
-        assert 204 == response.status
-
-
-async def replicated(node: TestClient, clock: FakeClock) -> None:
-    """Move time in small steps until A owes B nothing (each batch needs real round trips)."""
-    d = dispatcher(node)
-    for _ in range(200):
-        await clock.advance(0.1)
-        if d.idle:
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError(f"still pending: {len(d.pending)}")
-
-
 class TestPropagation:
     async def test_client_changes_reach_the_peer(
         self, node: TestClient, peer: TestServer, clock: FakeClock
@@ -89,10 +55,10 @@ class TestPropagation:
         assert has(peer, "i-1")
         await node.put("/eureka/apps/ORDERS/i-1/status?value=OUT_OF_SERVICE")
         await replicated(node, clock)
-        assert {"i-1": InstanceStatus.OUT_OF_SERVICE} == dict(registry(peer).overrides())
+        assert {"i-1": InstanceStatus.OUT_OF_SERVICE} == dict(registry(peer).overrides)
         await node.delete("/eureka/apps/ORDERS/i-1/status?value=UP")
         await replicated(node, clock)
-        assert {} == dict(registry(peer).overrides())
+        assert {} == dict(registry(peer).overrides)
         assert (
             InstanceStatus.UP
             is registry(peer).get("ORDERS", "i-1", now_ms=clock.wall_ms()).instance.status

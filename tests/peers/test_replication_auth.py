@@ -15,7 +15,7 @@ from registry.appkeys import LIFECYCLE
 from registry.codec.wire import basic_authorization
 from registry.core.model import InstanceStatus
 from tests.helpers import eventually, instance_doc
-from tests.peers.test_replication import (
+from tests.peers.apps import (
     AiohttpClient,
     AiohttpServer,
     dispatcher,
@@ -70,7 +70,7 @@ async def test_a_node_with_the_peer_credential_syncs_and_replicates(aiohttp_clie
     path = "/eureka/apps/ORDERS/i-1/status?value=OUT_OF_SERVICE"
     assert 200 == (await node.put(path, headers=ADMIN)).status
     await replicated(node, clock)
-    assert {"i-1": InstanceStatus.OUT_OF_SERVICE} == dict(registry(peer).overrides())
+    assert {"i-1": InstanceStatus.OUT_OF_SERVICE} == dict(registry(peer).overrides)
     assert 0 == dispatcher(node).stats.failed
 
 
@@ -113,9 +113,9 @@ async def test_an_overrides_note_reaches_the_peer_which_expires_it_on_its_own(
 
     await node.close()  # A is gone
     await clock.advance(9 * 60)
-    assert {"i-1": InstanceStatus.OUT_OF_SERVICE} == dict(registry(peer).overrides())
+    assert {"i-1": InstanceStatus.OUT_OF_SERVICE} == dict(registry(peer).overrides)
     await clock.advance(60 + 1)
-    assert {} == dict(registry(peer).overrides())
+    assert {} == dict(registry(peer).overrides)
 
 
 async def test_a_node_syncing_at_start_takes_its_peers_override_notes(aiohttp_client, peer, clock):

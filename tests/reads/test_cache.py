@@ -10,7 +10,7 @@ from registry.appkeys import CACHE
 from registry.core.registry import Registry
 from registry.reads.cache import APP, APPS, DELTA, MAX_SINCE, SINCE, VIP, ResponseCache
 from registry.reads.encoded import Document
-from tests.core.test_registry import T0, make
+from tests.factories import T0, make
 from tests.helpers import JSON, register
 
 
@@ -34,7 +34,7 @@ class TestInvalidate:
         """A change in ORDERS drops the registry, delta, ORDERS and its VIP's payloads; not
         PAYMENTS' or another VIP's."""
         registry = Registry()
-        registry.subscribe(cache.invalidate)
+        registry.subscribe(cache)
         keys = [
             (APPS,),
             (DELTA,),
@@ -54,7 +54,7 @@ class TestInvalidate:
         """Re-registered under another VIP: both VIP payloads are stale."""
         registry = Registry()
         registry.register(make(vip_address="blue,red"), now_ms=T0)
-        registry.subscribe(cache.invalidate)
+        registry.subscribe(cache)
         for vip in ("blue", "red", "green", "yellow"):
             cache.get((VIP, False, vip), lambda: Document.of(b"old"))
         registry.register(make(vip_address="green"), now_ms=T0 + 1)
@@ -64,7 +64,7 @@ class TestInvalidate:
         """A renewal is not a change: cached payloads stay."""
         registry = Registry()
         registry.register(make(), now_ms=T0)
-        registry.subscribe(cache.invalidate)
+        registry.subscribe(cache)
         cache.get((APPS,), lambda: Document.of(b"payload"))
         registry.renew("ORDERS", "i-1", now_ms=T0 + 1)
         assert 1 == len(cache)
@@ -98,7 +98,7 @@ class TestReadOnlyLayer:
         """Eureka's layer on request: a change shows only after the next refresh."""
         cache = ResponseCache(read_only=True)
         registry = Registry()
-        registry.subscribe(cache.invalidate)
+        registry.subscribe(cache)
         assert b"v1" == cache.get((APPS,), lambda: Document.of(b"v1", 1)).body
         registry.register(make(), now_ms=T0)
         assert b"v1" == cache.get((APPS,), lambda: Document.of(b"v2", 2)).body
@@ -127,7 +127,7 @@ class TestReadOnlyLayer:
     def test_long_poll_payloads_bypass_it(self):
         cache = ResponseCache(read_only=True)
         registry = Registry()
-        registry.subscribe(cache.invalidate)
+        registry.subscribe(cache)
         cache.get((SINCE, 0), lambda: Document.of(b"v1"))
         registry.register(make(), now_ms=T0)
         assert b"v2" == cache.get((SINCE, 0), lambda: Document.of(b"v2")).body

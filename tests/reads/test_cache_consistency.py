@@ -39,7 +39,8 @@ from registry.reads.cache import ResponseCache
 from registry.reads.catalog import Catalog
 from registry.reads.journal import DeltaJournal
 from tests import reference
-from tests.core.test_registry import T0, evict_expired, make
+from tests.factories import T0, make
+from tests.helpers import evict_expired
 
 APPS = st.sampled_from(["ORDERS", "PAYMENTS", "Orders"])
 MAX_AGE = 30
@@ -76,9 +77,8 @@ class CachedRegistry(RuleBasedStateMachine):
         self.journal = DeltaJournal(retention_ms=180_000)
         self.cache = ResponseCache()
         self.catalog = Catalog(self.registry, max_age=MAX_AGE)
-        self.registry.subscribe(self.journal.record)
-        self.registry.subscribe(self.catalog.on_change)
-        self.registry.subscribe(self.cache.invalidate)
+        for part in (self.journal, self.catalog, self.cache):
+            self.registry.subscribe(part)
         self.client: dict[str, dict[str, str]] = {}  # app -> id -> status, kept by deltas
         self.poller: dict[str, dict[str, str]] = {}  # the same, kept by long-poll answers
         self.poller_index = 0

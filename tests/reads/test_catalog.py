@@ -12,7 +12,7 @@ from registry.core.registry import Registry
 from registry.reads import payloads
 from registry.reads.catalog import WARM_FOR, Catalog
 from registry.reads.journal import DeltaJournal
-from tests.core.test_registry import T0, make
+from tests.factories import T0, make
 
 INSTANCES = 3_000
 APPS = 30
@@ -21,7 +21,7 @@ APPS = 30
 def populated() -> tuple[Registry, Catalog]:
     registry = Registry()
     catalog = Catalog(registry, max_age=30)
-    registry.subscribe(catalog.on_change)
+    registry.subscribe(catalog)
     for n in range(INSTANCES):
         app = f"APP{n % APPS}"
         registry.register(make(f"i-{n}", app=app, vip_address=app.lower()), now_ms=T0)
@@ -58,7 +58,7 @@ class TestCost:
         application's part of it and encodes the one new entry."""
         registry = Registry()
         journal = DeltaJournal(retention_ms=180_000)
-        registry.subscribe(journal.record)
+        registry.subscribe(journal)
         for n in range(INSTANCES):
             registry.register(make(f"i-{n}", app=f"APP{n % APPS}"), now_ms=T0)
         before = payloads.delta(registry, journal, Format.JSON, now_ms=T0).blocks
@@ -133,7 +133,7 @@ class TestVips:
     def test_applications_of_a_vip_in_registry_order(self):
         registry = Registry()
         catalog = Catalog(registry)
-        registry.subscribe(catalog.on_change)
+        registry.subscribe(catalog)
         registry.register(make("a", app="B", vip_address="shared"), now_ms=T0)
         registry.register(make("b", app="A", vip_address="shared,own"), now_ms=T0)
         assert ["B", "A"] == catalog.vip_applications("shared", secure=False)
@@ -187,7 +187,7 @@ class TestPrepare:
     async def test_the_delta_too(self):
         registry = Registry()
         journal = DeltaJournal(retention_ms=180_000)
-        registry.subscribe(journal.record)
+        registry.subscribe(journal)
         for n in range(INSTANCES):
             registry.register(make(f"i-{n}", app=f"APP{n % APPS}"), now_ms=T0)
         pacer = Pacer(budget=0)

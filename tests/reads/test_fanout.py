@@ -13,7 +13,7 @@ from registry.core.registry import Registry
 from registry.reads import fanout
 from registry.reads.feed import ChangeFeed
 from registry.reads.journal import DeltaJournal
-from tests.core.test_registry import T0, make
+from tests.factories import T0, make
 
 
 class Transport(asyncio.WriteTransport):
@@ -39,8 +39,8 @@ def fed() -> tuple[Registry, ChangeFeed, DeltaJournal]:
     registry = Registry()
     journal = DeltaJournal(retention_ms=180_000)
     feed = ChangeFeed(registry, FakeClock(), journal)
-    registry.subscribe(journal.record)
-    registry.subscribe(feed.on_change, feed.loaded)
+    registry.subscribe(journal)
+    registry.subscribe(feed)
     return registry, feed, journal
 
 

@@ -8,7 +8,7 @@ from registry.codec import Format
 from registry.common.tasks import SLICE, Pacer
 from registry.core.registry import Registry
 from registry.reads.journal import DeltaJournal
-from tests.core.test_registry import T0, make
+from tests.factories import T0, make
 
 
 def recent(journal: DeltaJournal, now_ms: int) -> list[tuple[str, list[dict]]]:
@@ -21,7 +21,7 @@ def recent(journal: DeltaJournal, now_ms: int) -> list[tuple[str, list[dict]]]:
 def journaled() -> tuple[Registry, DeltaJournal]:
     registry = Registry()
     journal = DeltaJournal(retention_ms=180_000)
-    registry.subscribe(journal.record)
+    registry.subscribe(journal)
     return registry, journal
 
 

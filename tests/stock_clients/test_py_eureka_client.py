@@ -7,11 +7,6 @@ every second, so the whole story takes seconds. It sends `Accept: */*`, so it re
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import json
-import sys
-from collections.abc import AsyncIterator
-from pathlib import Path
 
 import pytest
 from aiohttp.test_utils import TestServer
@@ -21,31 +16,11 @@ from registry.appkeys import REGISTRY
 from registry.core.registry import Registry
 from registry.errors import UnknownInstance
 from tests.helpers import eventually
+from tests.stock_clients.agent import APP, IID, TIMEOUT, running_agent
 
-AGENT = Path(__file__).with_name("py_eureka_agent.py")
-APP = "PYCLIENT"
-IID = "127.0.0.1:pyclient:9999"
 POLL = 0.05  # how often the test looks at the registry while the real client works
-TIMEOUT = 20.0
 
 pytestmark = pytest.mark.slow
-
-
-class Agent:
-    def __init__(self, process: asyncio.subprocess.Process) -> None:
-        self.process = process
-
-    async def ask(self, command: str) -> dict:
-        assert self.process.stdin is not None and self.process.stdout is not None
-        self.process.stdin.write(command.encode() + b"\n")
-        await self.process.stdin.drain()
-        return await self.answer()
-
-    async def answer(self) -> dict:
-        assert self.process.stdout is not None
-        line = await asyncio.wait_for(self.process.stdout.readline(), TIMEOUT)
-        assert line, "the client process ended early"
-        return json.loads(line)
 
 
 def status_in(registry: Registry) -> str | None:
@@ -57,27 +32,6 @@ def status_in(registry: Registry) -> str | None:
 
 def renewals(registry: Registry) -> int:
     return registry.get(APP, IID, now_ms=SystemClock().wall_ms()).last_renewal_ms
-
-
-@contextlib.asynccontextmanager
-async def running_agent(url: str) -> AsyncIterator[Agent]:
-    """The client in its own process, against `url`, heartbeating every second."""
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        str(AGENT),
-        url,
-        APP.lower(),
-        "9999",
-        "1",
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-    )
-    try:
-        yield Agent(process)
-    finally:
-        if process.returncode is None:
-            process.kill()
-            await process.wait()
 
 
 @pytest.fixture

@@ -20,8 +20,14 @@ def test_a_second_lock_on_a_directory_is_refused_until_the_first_is_let_go(tmp_p
 
 
 def test_other_directories_are_free(tmp_path):
+    """A lock on one directory neither stops nor frees a lock on another."""
     first = lock_data_dir(tmp_path / "a")
     try:
-        os.close(lock_data_dir(tmp_path / "b"))
+        second = lock_data_dir(tmp_path / "b")  # no DataDirInUse
+        try:
+            with pytest.raises(DataDirInUse):
+                lock_data_dir(tmp_path / "a")  # still held
+        finally:
+            os.close(second)
     finally:
         os.close(first)

@@ -21,9 +21,8 @@ from registry.reads.catalog import Catalog
 from registry.store import record, schema
 from registry.store.sqlite import Batch, Store
 from tests import reference
-from tests.codec.test_codec import instances
-from tests.core.test_registry import T0, make
-from tests.store.test_sqlite import sql
+from tests.factories import T0, instances, make
+from tests.helpers import sql
 
 NOW = T0 + 5_000
 
@@ -168,9 +167,9 @@ def _flat(i: InstanceInfo) -> list[object]:
 
 def subscribed(registry: Registry) -> tuple[SelfPreservation, InstanceCounts, Catalog]:
     preservation, counts, catalog = SelfPreservation(), InstanceCounts(), Catalog(registry)
-    registry.subscribe(preservation.on_change, preservation.loaded)
-    registry.subscribe(counts.on_change, counts.loaded)
-    registry.subscribe(catalog.on_change, catalog.loaded)
+    registry.subscribe(preservation)
+    registry.subscribe(counts)
+    registry.subscribe(catalog)
     return preservation, counts, catalog
 
 
@@ -204,7 +203,7 @@ class TestBulkLoad:
         assert [lease_fields(lease) for lease in old.leases()] == [
             lease_fields(lease) for lease in new.leases()
         ]
-        assert dict(old.overrides()) == dict(new.overrides())
+        assert dict(old.overrides) == dict(new.overrides)
         assert (old.index, old.registrations, old.reconcile_hash()) == (
             new.index,
             new.registrations,

@@ -17,7 +17,8 @@ from registry.core.registry import Registry
 from registry.store import schema
 from registry.store import sqlite as sqlite_store
 from registry.store.sqlite import Batch, NewerSchema, Store, StoredOverride
-from tests.core.test_registry import T0, make
+from tests.factories import T0, make
+from tests.helpers import sql
 
 S = InstanceStatus
 SET = OverrideAction.SET
@@ -26,23 +27,6 @@ SET = OverrideAction.SET
 @pytest.fixture
 def path(tmp_path: Path) -> Path:
     return tmp_path / "data" / "registry.db"
-
-
-async def sql(path: Path, *statements: str) -> list[tuple[object, ...]]:
-    """Run statements on a connection of our own (as another process would); the last's rows."""
-
-    def run() -> list[tuple[object, ...]]:
-        db = sqlite3.connect(path)
-        try:
-            rows: list[tuple[object, ...]] = []
-            for statement in statements:
-                rows = db.execute(statement).fetchall()
-            db.commit()
-            return rows
-        finally:
-            db.close()
-
-    return await asyncio.to_thread(run)
 
 
 def comparable(instance):

@@ -15,7 +15,7 @@ from structlog.testing import capture_logs
 from registry import Settings, create_app
 from registry.appkeys import WRITER
 from registry.store.sqlite import CorruptStore, Store
-from tests.core.test_registry import T0
+from tests.factories import T0
 from tests.helpers import JSON, fetch_json, locked, register
 
 

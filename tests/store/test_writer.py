@@ -16,8 +16,8 @@ from registry.core.registry import Registry
 from registry.store.restore import restore_missing
 from registry.store.sqlite import Batch, Snapshot, Store, StoredOverride
 from registry.store.writer import InstanceKey, StoreWriter
-from tests.core.test_registry import T0, make
-from tests.helpers import locked
+from tests.factories import T0, make
+from tests.helpers import eventually, locked
 
 S = InstanceStatus
 
@@ -175,13 +175,14 @@ class TestFaults:
         path = tmp_path / "registry.db"
         writer = StoreWriter(path, registry, FakeClock(), busy_timeout_ms=10_000)
         assert await writer.open() is not None
-        registry.subscribe(writer.on_change, overrides=writer.on_override)
+        registry.subscribe(writer)
         try:
             registry.register(make("a"), now_ms=T0)
             registry.set_status_override("ORDERS", "a", S.OUT_OF_SERVICE, now_ms=T0)
             async with locked(writer.path):
                 flushing = asyncio.ensure_future(writer.flush())
-                await asyncio.sleep(0.2)  # its transaction waits for the lock meanwhile
+                # Its transaction has begun: BEGIN waits for the lock in SQLite's thread.
+                await eventually(lambda: writer._store._writing.locked(), what="a transaction")
                 flushing.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await flushing
@@ -239,7 +240,7 @@ class TestFaults:
             async with locked(path, exclusive=True):
                 assert await writer.open() is None
                 assert writer.degraded
-                registry.subscribe(writer.on_change, overrides=writer.on_override)
+                registry.subscribe(writer)
                 registry.register(make("fresh"), now_ms=T0)
                 registry.register(make("gone"), now_ms=T0)
                 registry.cancel("ORDERS", "gone", now_ms=T0 + 1)
@@ -273,13 +274,13 @@ class TestFaults:
         try:
             async with locked(path, exclusive=True):
                 assert await writer.open() is None
-                registry.subscribe(writer.on_change, overrides=writer.on_override)
+                registry.subscribe(writer)
                 handed = make("a", status=S.OUT_OF_SERVICE, overridden_status=S.OUT_OF_SERVICE)
                 registry.register(handed, now_ms=T0 + 1, is_replication=True)
             await writer.flush()
             overrides, _ = await overrides_and_history(writer)
             assert [kept] == overrides
-            note = registry.notes.of("a", S.OUT_OF_SERVICE)
+            note = registry.overrides.notes.of("a", S.OUT_OF_SERVICE)
             assert ("disk swap", T0 + 9_000) == (note.reason, note.expires_ms)
         finally:
             await writer.close()
