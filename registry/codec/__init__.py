@@ -1,4 +1,9 @@
-"""Wire formats: the JSON and XML shapes of instances and applications, and reading them back."""
+"""Wire formats: the JSON and XML shapes of instances and applications, and reading them back.
+
+`json_codec` and `xml_codec` write instances and documents in pieces (each is a `Shape`);
+`wire` reads what clients and peers send, leniently where Eureka's clients differ and with a
+precise refusal where input is bad; `notes` is the override notes' form between peers.
+"""
 
 from __future__ import annotations
 

@@ -100,7 +100,8 @@ class DeltaJournal(Subscriber):
         self._preparing = Shared()
 
     def on_change(self, event: ChangeEvent) -> None:
-        """Registry listener: remember one change."""
+        """Registry listener: remember one change. (A bulk load needs no word here: what it
+        brings back is no change to list.)"""
         entry = Entry(event)
         self._entries.append(entry)
         instance = event.lease.instance
