@@ -1,0 +1,350 @@
+"""Spring Cloud Netflix's Eureka client, unmodified, against our server: a Spring Boot service
+(tests/stock_clients/spring/) built with Maven and run as a real process, on both release
+trains and both transports each offers.
+
+Its whole life cycle, with Eureka's 30 s intervals shortened to 1 s: it registers and renews;
+our asyncio client sees it; it discovers another service through Spring's DiscoveryClient,
+drops it while an admin holds it OUT_OF_SERVICE and takes it back when the override goes;
+registers again when the server forgot it (404 on its heartbeat); follows a status change of
+its own; keeps its copy by deltas, checked by their hashcode, not by full fetches; cancels at
+shutdown. Then across two peered nodes. Neither transport can ask for XML (both send
+`Accept: application/json`), so the Java client reads JSON only; XML is the other clients'.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp.test_utils import TestClient, TestServer
+
+from registry import Settings, SystemClock, create_app
+from registry.appkeys import REGISTRY, REQUESTS
+from registry.client import DiscoveryClient
+from registry.core.registry import Registry
+from tests.helpers import eventually, free_ports
+from tests.stock_clients.agent import running_agent
+from tests.stock_clients.java import JavaService, build, need_java
+
+pytestmark = [pytest.mark.slow, pytest.mark.java]
+
+PROJECT = Path(__file__).parent / "spring"
+TIMEOUT = 30.0  # for what the client does on its 1 s intervals, on a busy machine
+# (release train, what the transport is told, the TransportClientFactories it must then use,
+# whether it cancels at shutdown: the 2025.0 train's WebClient transport cannot, its event loop
+# stopped first, "event executor terminated"; spring-cloud-netflix#4055 and #4488)
+VARIANTS = [
+    ("2025.1", (), "RestClientTransportClientFactories", True),
+    (
+        "2025.1",
+        ("--eureka.client.webclient.enabled=true",),
+        "WebClientTransportClientFactories",
+        True,
+    ),
+    ("2025.0", (), "RestTemplateTransportClientFactories", True),
+    (
+        "2025.0",
+        ("--eureka.client.webclient.enabled=true",),
+        "WebClientTransportClientFactories",
+        False,
+    ),
+]
+LEASE = 10  # seconds: the service's lease duration (spring/src/main/resources)
+
+
+@pytest.fixture(scope="session")
+def spring_jars() -> Iterator[dict[str, Path]]:
+    """The service built for each release train (once a run)."""
+    need_java()
+    build(PROJECT)
+    build(PROJECT, "train-2025.0")
+    yield {
+        train: PROJECT / "target" / train / "spring-client.jar" for train in ("2025.1", "2025.0")
+    }
+
+
+@pytest.fixture
+def blockbuster():
+    """The Java process is outside this loop; the server half is covered elsewhere."""
+    return None
+
+
+def statuses(registry: Registry, app: str) -> dict[str, str]:
+    """Instance id -> status of `app`'s live instances."""
+    now_ms = SystemClock().wall_ms()
+    return {
+        lease.instance.instance_id: lease.instance.status.value
+        for lease in registry.application(app)
+        if not lease.is_expired(now_ms)
+    }
+
+
+def fetches(client: TestClient) -> dict[str, int]:
+    """GET requests answered 200, by endpoint."""
+    counted: dict[str, int] = {}
+    for family in client.app[REQUESTS].collect():
+        for sample in family.samples:
+            labels = sample.labels
+            if sample.name.endswith("_count") and (labels["method"], labels["status"]) == (
+                "GET",
+                "200",
+            ):
+                counted[labels["endpoint"]] = int(sample.value)
+    return counted
+
+
+@asynccontextmanager
+async def spring_service(
+    jar: Path, log: Path, eureka: str, args: tuple[str, ...] = (), name: str = "orders"
+) -> AsyncIterator[JavaService]:
+    service = JavaService(
+        jar,
+        log,
+        [
+            f"--spring.application.name={name}",
+            f"--eureka.client.service-url.defaultZone={eureka}",
+            *args,
+        ],
+    )
+    try:
+        await service.start()
+        yield service
+    finally:
+        service.kill()
+
+
+def billing(eureka: str) -> DiscoveryClient:
+    """Another service, registered by our asyncio client, heartbeating every second."""
+    return DiscoveryClient(
+        eureka,
+        app="billing",
+        port=9090,
+        instance_id="billing-1",
+        host_name="127.0.0.1",
+        ip_addr="127.0.0.1",
+        renewal_interval=1,
+    )
+
+
+async def seen(service: JavaService, app: str) -> list[str]:
+    return [found["instanceId"] for found in await service.call("GET", f"/seen/{app}")]
+
+
+@pytest.mark.parametrize(("train", "args", "transport", "cancels"), VARIANTS)
+async def test_the_spring_client_life_cycle(
+    aiohttp_client: Any,
+    spring_jars: dict[str, Path],
+    tmp_path: Path,
+    train: str,
+    args: tuple[str, ...],
+    transport: str,
+    cancels: bool,
+) -> None:
+    client: TestClient = await aiohttp_client(
+        TestServer(create_app(Settings(store=False, eviction_interval=1)), host="127.0.0.1")
+    )
+    registry = client.app[REGISTRY]
+    eureka = str(client.make_url("/eureka/"))
+    async with (
+        billing(eureka) as ours,
+        spring_service(spring_jars[train], tmp_path / "spring.log", eureka, args) as spring,
+    ):
+        state = await spring.call("GET", "/state")
+        assert [transport] == state["transport"]
+        iid = state["instanceId"]
+
+        # It registers, UP, and renews.
+        await eventually(
+            lambda: statuses(registry, "ORDERS"),
+            {iid: "UP"}.__eq__,
+            timeout=TIMEOUT,
+            what="registered UP",
+        )
+        renewed = registry.get("ORDERS", iid, now_ms=SystemClock().wall_ms()).last_renewal_ms
+        await eventually(
+            lambda: registry.get("ORDERS", iid, now_ms=SystemClock().wall_ms()).last_renewal_ms,
+            lambda last: last > renewed,
+            timeout=TIMEOUT,
+            what="a heartbeat",
+        )
+
+        # Our client sees it; it sees ours through Spring's DiscoveryClient.
+        await eventually(
+            lambda: [i.instance_id for i in ours.instances("ORDERS")],
+            [iid].__eq__,
+            timeout=TIMEOUT,
+            what="our client sees it",
+        )
+        await eventually(
+            lambda: seen(spring, "billing"),
+            ["billing-1"].__eq__,
+            timeout=TIMEOUT,
+            what="it sees billing",
+        )
+
+        # An admin takes billing out of service: Spring lists UP instances only.
+        response = await client.put("/eureka/apps/BILLING/billing-1/status?value=OUT_OF_SERVICE")
+        assert 200 == response.status
+        await eventually(
+            lambda: seen(spring, "billing"), [].__eq__, timeout=TIMEOUT, what="billing dropped"
+        )
+        # The override goes (UNKNOWN: billing's next heartbeat is a 404, it registers again).
+        response = await client.delete("/eureka/apps/BILLING/billing-1/status")
+        assert 200 == response.status
+        await eventually(
+            lambda: seen(spring, "billing"),
+            ["billing-1"].__eq__,
+            timeout=TIMEOUT,
+            what="billing back",
+        )
+
+        # The server forgets it: its next heartbeat is a 404, and it registers again.
+        response = await client.delete(f"/eureka/apps/ORDERS/{iid}")
+        assert 200 == response.status
+        assert {} == statuses(registry, "ORDERS")
+        await eventually(
+            lambda: statuses(registry, "ORDERS"),
+            {iid: "UP"}.__eq__,
+            timeout=TIMEOUT,
+            what="registered again",
+        )
+
+        # A status change of its own reaches the registry, and the other clients.
+        await spring.call("PUT", "/status/DOWN")
+        await eventually(
+            lambda: statuses(registry, "ORDERS"),
+            {iid: "DOWN"}.__eq__,
+            timeout=TIMEOUT,
+            what="DOWN",
+        )
+        await eventually(
+            lambda: [i.status.value for i in ours.instances("ORDERS", all_statuses=True)],
+            ["DOWN"].__eq__,
+            timeout=TIMEOUT,
+            what="our client sees DOWN",
+        )
+        await spring.call("PUT", "/status/UP")
+        await eventually(
+            lambda: statuses(registry, "ORDERS"),
+            {iid: "UP"}.__eq__,
+            timeout=TIMEOUT,
+            what="UP again",
+        )
+
+        # Its copy follows by deltas, each checked by its hashcode: it holds what we hold,
+        # and it fetched in full only at the start (a hashcode that did not match would
+        # have made it fetch in full again).
+        await eventually(
+            lambda: spring.call("GET", "/state"),
+            lambda state: state["appsHashCode"] == registry.reconcile_hash(),
+            timeout=TIMEOUT,
+            what="its copy's hashcode matches",
+        )
+        counted = await eventually(
+            lambda: fetches(client),
+            lambda counted: counted.get("/eureka/apps/{app:delta}", 0) >= 5,
+            timeout=TIMEOUT,
+            what="five deltas fetched",
+        )
+        assert counted.get("/eureka/apps", 0) <= 2, counted  # its first, and ours
+
+        # It cancels at shutdown; where its transport cannot, its lease runs out and the
+        # registry evicts it within the lease and a sweep (Eureka: twice the lease and up to
+        # a minute more).
+        assert await spring.stop() in (0, 143)  # 143: the JVM's exit on SIGTERM
+        if cancels:
+            assert {} == statuses(registry, "ORDERS")
+        else:
+            assert {iid: "DOWN"} == statuses(registry, "ORDERS")
+            await eventually(
+                lambda: registry.evictions, (1).__le__, timeout=LEASE + 5, what="evicted"
+            )
+            assert {} == statuses(registry, "ORDERS")
+
+
+async def test_the_spring_client_across_two_peered_nodes(
+    aiohttp_client: Any, spring_jars: dict[str, Path], tmp_path: Path
+) -> None:
+    """It registers with node A only, and our client with node B: each sees the other through
+    replication (py-eureka-client on B sees it too); an admin's override made on B reaches it
+    through A; its status change and its cancel reach B."""
+    ports = free_ports(2)
+    urls = [f"http://127.0.0.1:{port}/eureka/" for port in ports]
+
+    async def node(port: int, peer: str) -> TestClient:
+        settings = Settings(
+            store=False,
+            peers=(peer,),
+            eviction_interval=1,
+            peer_sync_budget=1,
+            peer_sync_empty_window=1,
+        )
+        server = TestServer(create_app(settings), host="127.0.0.1", port=port)
+        return await aiohttp_client(server)
+
+    a = await node(ports[0], urls[1])
+    b = await node(ports[1], urls[0])
+    registry_b = b.app[REGISTRY]
+    await eventually(
+        lambda: a.get("/eureka/apps", headers={"Accept": "application/json"}),
+        lambda response: response.status == 200,
+        timeout=TIMEOUT,
+        what="node A serves reads",
+    )
+    async with (
+        billing(urls[1]) as ours,
+        spring_service(spring_jars["2025.1"], tmp_path / "spring.log", urls[0]) as spring,
+    ):
+        iid = (await spring.call("GET", "/state"))["instanceId"]
+        await eventually(
+            lambda: statuses(registry_b, "ORDERS"),
+            {iid: "UP"}.__eq__,
+            timeout=TIMEOUT,
+            what="replicated to B",
+        )
+        await eventually(
+            lambda: [i.instance_id for i in ours.instances("ORDERS")],
+            [iid].__eq__,
+            timeout=TIMEOUT,
+            what="our client on B sees it",
+        )
+        await eventually(
+            lambda: seen(spring, "billing"),
+            ["billing-1"].__eq__,
+            timeout=TIMEOUT,
+            what="it sees billing, registered on B",
+        )
+        async with running_agent(urls[1]) as agent:  # py-eureka-client, which reads XML
+            assert "started" == (await agent.answer())["event"]
+            await eventually(
+                lambda: agent.ask("view"),
+                lambda view: view["applications"].get("ORDERS") == {iid: "UP"},
+                timeout=TIMEOUT,
+                what="py-eureka-client on B sees it",
+            )
+        response = await b.put("/eureka/apps/BILLING/billing-1/status?value=OUT_OF_SERVICE")
+        assert 200 == response.status
+        await eventually(
+            lambda: seen(spring, "billing"),
+            [].__eq__,
+            timeout=TIMEOUT,
+            what="B's override reaches it through A",
+        )
+        await spring.call("PUT", "/status/DOWN")
+        await eventually(
+            lambda: statuses(registry_b, "ORDERS"),
+            {iid: "DOWN"}.__eq__,
+            timeout=TIMEOUT,
+            what="its DOWN on B",
+        )
+        await spring.call("PUT", "/status/UP")
+        assert await spring.stop() in (0, 143)
+        await eventually(
+            lambda: statuses(registry_b, "ORDERS"),
+            {}.__eq__,
+            timeout=TIMEOUT,
+            what="its cancel on B",
+        )
