@@ -49,6 +49,8 @@ EPOCH_HEADER = istr("X-Registry-Epoch")
 SINCE_HEADER = istr("X-Registry-Since")  # on a long-poll answer: the index it goes on from
 # On a registration's 204 that changed nothing (ours is newer): why.
 REGISTRATION_HEADER = istr("X-Registry-Registration")
+# On a heartbeat's 404, which has no body (as Eureka's): which error it is.
+ERROR_HEADER = istr("X-Registry-Error")
 DATA_CENTER_NAMES = ("Netflix", "Amazon", "MyOwn")
 DATA_CENTER_CLASSES = (
     DEFAULT_DATA_CENTER_CLASS,

@@ -8,11 +8,11 @@ from msgspec.structs import replace
 
 from registry.appkeys import CLOCK, MEMORY, QUOTAS, REGISTRY
 from registry.codec import instance_from_wire, wire
-from registry.codec.wire import REGISTRATION_HEADER
+from registry.codec.wire import ERROR_HEADER, REGISTRATION_HEADER
 from registry.common.clock import Clock
 from registry.core.model import InstanceStatus
 from registry.core.registry import Registry
-from registry.errors import MemoryFull
+from registry.errors import MemoryFull, UnknownInstance
 from registry.http import auth, params
 from registry.http.credentials import Credentials
 from registry.http.durability import committed
@@ -94,9 +94,13 @@ def heartbeat_handler(
         app = match["app"].upper()
         if credentials is not None and credentials.applications:  # bound credentials: check
             auth.may_act_on(request, app)
-        renew(  # StaleReplica: the error table answers 409 with our copy
-            app, match["id"], now_ms, replication, last_dirty_ms, overridden
-        )
+        try:  # StaleReplica: the error table answers 409 with our copy
+            renew(app, match["id"], now_ms, replication, last_dirty_ms, overridden)
+        except UnknownInstance as unknown:
+            # Empty, as Eureka's: Netflix's Jersey clients read any body of a heartbeat's
+            # answer as an instance, and one that is not fails the heartbeat instead of
+            # making the client register again.
+            return web.Response(status=404, headers={ERROR_HEADER: unknown.code})
         return web.Response()
 
     return heartbeat

@@ -280,7 +280,9 @@ def test_every_route_answers_every_request_without_a_5xx(
     assert status < 500, (method, target, content[:300])
     after = _state(server)
     if status >= 400:
-        if method != "HEAD":
+        if "X-Registry-Error" in answered:  # a heartbeat's 404: empty, as Eureka's
+            assert (404, b"") == (status, content)
+        elif method != "HEAD":
             assert answered.get("Content-Type", "").startswith("application/json"), content[:200]
             assert "error" in orjson.loads(content)
         assert before == after, (method, target, status)

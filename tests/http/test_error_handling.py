@@ -539,7 +539,6 @@ class TestRoutesAndMethods:
     @pytest.mark.parametrize(
         ("method", "path", "error"),
         [
-            ("PUT", "/eureka/apps/ORDERS/nope", "unknown_instance"),
             ("DELETE", "/eureka/apps/ORDERS/nope", "unknown_instance"),
             ("PUT", "/eureka/apps/ORDERS/nope/status?value=DOWN", "unknown_instance"),
             ("PUT", "/eureka/apps/ORDERS/nope/metadata?k=v", "unknown_instance"),
@@ -550,6 +549,18 @@ class TestRoutesAndMethods:
     async def test_unknown_target_is_a_json_404(self, client, before, method, path, error):
         """A call about an instance or application we do not hold is a 404 naming which."""
         await assert_error(await client.request(method, path, headers=JSON), 404, error)
+        await assert_unchanged(client, before)
+
+    async def test_a_heartbeat_for_an_unknown_instance_is_an_empty_404(self, client, before):
+        """As Eureka's, with the error in a header: Netflix's Jersey clients read any body of
+        a heartbeat's answer as an instance, and a body that is not one fails the heartbeat
+        instead of making the client register again."""
+        response = await client.put("/eureka/apps/ORDERS/nope", headers=JSON)
+        assert (404, b"", "unknown_instance") == (
+            response.status,
+            await response.read(),
+            response.headers["X-Registry-Error"],
+        )
         await assert_unchanged(client, before)
 
 
