@@ -1,5 +1,5 @@
 """The suite's Java parts: a JDK and Maven found, a Maven project built once per run, and a
-Spring Boot service run as a real process and driven over its own small HTTP API.
+Java service run as a real process and driven over its own small HTTP API.
 
 Tests that need them carry the `java` marker. Without a JDK 17 or newer, or without Maven,
 they skip and say which is missing; where REQUIRE_JAVA_TESTS is set (`.ci/run` sets it), a
@@ -67,23 +67,22 @@ def build(project: Path, *profiles: str) -> None:
 
 
 class JavaService:
-    """A Spring Boot jar run with `java -jar`, its log in a file; ready when GET `ready_path`
-    answers, stopped with SIGTERM (Spring closes its context: the Eureka client cancels)."""
+    """A jar run with `java -jar`, its log in a file, on a loopback `port` chosen here (the
+    caller puts it in `jvm_args` or `args`); ready when GET `ready_path` on that port answers,
+    stopped with SIGTERM (the client's shutdown cancels its registration)."""
 
-    def __init__(
-        self, jar: Path, log: Path, args: Sequence[str] = (), *, ready_path: str = "/state"
-    ) -> None:
+    def __init__(self, jar: Path, log: Path, *, ready_path: str = "/state") -> None:
+        self.jar = jar
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         self.log = log
-        self._command = ["java", *JVM_OPTIONS, "-jar", str(jar), f"--server.port={self.port}"]
-        self._command += args
         self._ready_path = ready_path
         self._process: subprocess.Popen[bytes] | None = None
 
-    async def start(self) -> None:
+    async def start(self, jvm_args: Sequence[str] = (), args: Sequence[str] = ()) -> None:
+        command = ["java", *JVM_OPTIONS, *jvm_args, "-jar", str(self.jar), *args]
         with self.log.open("ab") as log:
-            self._process = subprocess.Popen(self._command, stdout=log, stderr=subprocess.STDOUT)
+            self._process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
         deadline = asyncio.get_running_loop().time() + START_TIMEOUT
         async with aiohttp.ClientSession() as session:
             while True:

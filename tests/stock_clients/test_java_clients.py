@@ -1,20 +1,22 @@
-"""Spring Cloud Netflix's Eureka client, unmodified, against our server: a Spring Boot service
-(tests/stock_clients/spring/) built with Maven and run as a real process, on both release
-trains and both transports each offers.
+"""The Java world's Eureka clients, unmodified, against our server: Spring Cloud Netflix's in a
+Spring Boot service (tests/stock_clients/spring/) on both release trains and both transports
+each offers, and Netflix's own without Spring (tests/stock_clients/netflix/), each built with
+Maven and run as a real process.
 
 Its whole life cycle, with Eureka's 30 s intervals shortened to 1 s: it registers and renews;
 our asyncio client sees it; it discovers another service through Spring's DiscoveryClient,
 drops it while an admin holds it OUT_OF_SERVICE and takes it back when the override goes;
 registers again when the server forgot it (404 on its heartbeat); follows a status change of
 its own; keeps its copy by deltas, checked by their hashcode, not by full fetches; cancels at
-shutdown. Then across two peered nodes. Neither transport can ask for XML (both send
-`Accept: application/json`), so the Java client reads JSON only; XML is the other clients'.
+shutdown. Then across two peered nodes. No transport can ask for XML (all send
+`Accept: application/json`), so the Java clients read JSON only; XML is the other clients'.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,38 +33,49 @@ from tests.stock_clients.java import JavaService, build, need_java
 
 pytestmark = [pytest.mark.slow, pytest.mark.java]
 
-PROJECT = Path(__file__).parent / "spring"
+SPRING = Path(__file__).parent / "spring"
+NETFLIX = Path(__file__).parent / "netflix"
 TIMEOUT = 30.0  # for what the client does on its 1 s intervals, on a busy machine
-# (release train, what the transport is told, the TransportClientFactories it must then use,
-# whether it cancels at shutdown: the 2025.0 train's WebClient transport cannot, its event loop
-# stopped first, "event executor terminated"; spring-cloud-netflix#4055 and #4488)
-VARIANTS = [
-    ("2025.1", (), "RestClientTransportClientFactories", True),
-    (
-        "2025.1",
-        ("--eureka.client.webclient.enabled=true",),
-        "WebClientTransportClientFactories",
-        True,
-    ),
-    ("2025.0", (), "RestTemplateTransportClientFactories", True),
-    (
-        "2025.0",
-        ("--eureka.client.webclient.enabled=true",),
-        "WebClientTransportClientFactories",
-        False,
-    ),
+
+
+@dataclass(frozen=True)
+class Java:
+    """One Java client to run: its jar, what it is told, the TransportClientFactories it must
+    then use, and whether it cancels at shutdown."""
+
+    jar: str
+    transport: str
+    args: tuple[str, ...] = ()
+    cancels: bool = True
+
+    def __str__(self) -> str:
+        return f"{self.jar}-{self.transport.removesuffix('TransportClientFactories')}"
+
+
+WEBCLIENT = ("--eureka.client.webclient.enabled=true",)
+CLIENTS = [
+    Java("spring-2025.1", "RestClientTransportClientFactories"),
+    Java("spring-2025.1", "WebClientTransportClientFactories", WEBCLIENT),
+    Java("spring-2025.0", "RestTemplateTransportClientFactories"),
+    # The 2025.0 train's WebClient transport cannot cancel: its event loop is stopped first
+    # ("event executor terminated"; spring-cloud-netflix#4055 and #4488).
+    Java("spring-2025.0", "WebClientTransportClientFactories", WEBCLIENT, cancels=False),
+    Java("netflix", "Jersey3TransportClientFactories"),
 ]
 LEASE = 10  # seconds: the service's lease duration (spring/src/main/resources)
 
 
 @pytest.fixture(scope="session")
-def spring_jars() -> Iterator[dict[str, Path]]:
-    """The service built for each release train (once a run)."""
+def jars() -> Iterator[dict[str, Path]]:
+    """The Java services, built once a run: the Spring one for each release train."""
     need_java()
-    build(PROJECT)
-    build(PROJECT, "train-2025.0")
+    build(SPRING)
+    build(SPRING, "train-2025.0")
+    build(NETFLIX)
     yield {
-        train: PROJECT / "target" / train / "spring-client.jar" for train in ("2025.1", "2025.0")
+        "spring-2025.1": SPRING / "target" / "2025.1" / "spring-client.jar",
+        "spring-2025.0": SPRING / "target" / "2025.0" / "spring-client.jar",
+        "netflix": NETFLIX / "target" / "netflix-client.jar",
     }
 
 
@@ -97,20 +110,33 @@ def fetches(client: TestClient) -> dict[str, int]:
 
 
 @asynccontextmanager
-async def spring_service(
-    jar: Path, log: Path, eureka: str, args: tuple[str, ...] = (), name: str = "orders"
+async def java_service(
+    java: Java, jars: dict[str, Path], log: Path, eureka: str
 ) -> AsyncIterator[JavaService]:
-    service = JavaService(
-        jar,
-        log,
-        [
-            f"--spring.application.name={name}",
-            f"--eureka.client.service-url.defaultZone={eureka}",
-            *args,
-        ],
-    )
+    """`java`'s service, named ORDERS, registered with the server at `eureka`."""
+    service = JavaService(jars[java.jar], log)
+    port = service.port
     try:
-        await service.start()
+        if java.jar == "netflix":
+            await service.start(
+                jvm_args=[
+                    f"-Dcontrol.port={port}",
+                    f"-Deureka.serviceUrl.default={eureka}",
+                    "-Deureka.name=orders",
+                    "-Deureka.vipAddress=orders",
+                    f"-Deureka.port={port}",
+                    f"-Deureka.instanceId=orders:{port}",
+                ]
+            )
+        else:
+            await service.start(
+                args=[
+                    f"--server.port={port}",
+                    "--spring.application.name=orders",
+                    f"--eureka.client.service-url.defaultZone={eureka}",
+                    *java.args,
+                ]
+            )
         yield service
     finally:
         service.kill()
@@ -133,15 +159,9 @@ async def seen(service: JavaService, app: str) -> list[str]:
     return [found["instanceId"] for found in await service.call("GET", f"/seen/{app}")]
 
 
-@pytest.mark.parametrize(("train", "args", "transport", "cancels"), VARIANTS)
-async def test_the_spring_client_life_cycle(
-    aiohttp_client: Any,
-    spring_jars: dict[str, Path],
-    tmp_path: Path,
-    train: str,
-    args: tuple[str, ...],
-    transport: str,
-    cancels: bool,
+@pytest.mark.parametrize("java", CLIENTS, ids=str)
+async def test_the_life_cycle(
+    aiohttp_client: Any, jars: dict[str, Path], tmp_path: Path, java: Java
 ) -> None:
     client: TestClient = await aiohttp_client(
         TestServer(create_app(Settings(store=False, eviction_interval=1)), host="127.0.0.1")
@@ -150,10 +170,10 @@ async def test_the_spring_client_life_cycle(
     eureka = str(client.make_url("/eureka/"))
     async with (
         billing(eureka) as ours,
-        spring_service(spring_jars[train], tmp_path / "spring.log", eureka, args) as spring,
+        java_service(java, jars, tmp_path / "java.log", eureka) as service,
     ):
-        state = await spring.call("GET", "/state")
-        assert [transport] == state["transport"]
+        state = await service.call("GET", "/state")
+        assert [java.transport] == state["transport"]
         iid = state["instanceId"]
 
         # It registers, UP, and renews.
@@ -171,7 +191,7 @@ async def test_the_spring_client_life_cycle(
             what="a heartbeat",
         )
 
-        # Our client sees it; it sees ours through Spring's DiscoveryClient.
+        # Our client sees it; it sees ours (through Spring's DiscoveryClient, for Spring).
         await eventually(
             lambda: [i.instance_id for i in ours.instances("ORDERS")],
             [iid].__eq__,
@@ -179,7 +199,7 @@ async def test_the_spring_client_life_cycle(
             what="our client sees it",
         )
         await eventually(
-            lambda: seen(spring, "billing"),
+            lambda: seen(service, "billing"),
             ["billing-1"].__eq__,
             timeout=TIMEOUT,
             what="it sees billing",
@@ -189,13 +209,13 @@ async def test_the_spring_client_life_cycle(
         response = await client.put("/eureka/apps/BILLING/billing-1/status?value=OUT_OF_SERVICE")
         assert 200 == response.status
         await eventually(
-            lambda: seen(spring, "billing"), [].__eq__, timeout=TIMEOUT, what="billing dropped"
+            lambda: seen(service, "billing"), [].__eq__, timeout=TIMEOUT, what="billing dropped"
         )
         # The override goes (UNKNOWN: billing's next heartbeat is a 404, it registers again).
         response = await client.delete("/eureka/apps/BILLING/billing-1/status")
         assert 200 == response.status
         await eventually(
-            lambda: seen(spring, "billing"),
+            lambda: seen(service, "billing"),
             ["billing-1"].__eq__,
             timeout=TIMEOUT,
             what="billing back",
@@ -213,7 +233,7 @@ async def test_the_spring_client_life_cycle(
         )
 
         # A status change of its own reaches the registry, and the other clients.
-        await spring.call("PUT", "/status/DOWN")
+        await service.call("PUT", "/status/DOWN")
         await eventually(
             lambda: statuses(registry, "ORDERS"),
             {iid: "DOWN"}.__eq__,
@@ -226,7 +246,7 @@ async def test_the_spring_client_life_cycle(
             timeout=TIMEOUT,
             what="our client sees DOWN",
         )
-        await spring.call("PUT", "/status/UP")
+        await service.call("PUT", "/status/UP")
         await eventually(
             lambda: statuses(registry, "ORDERS"),
             {iid: "UP"}.__eq__,
@@ -238,7 +258,7 @@ async def test_the_spring_client_life_cycle(
         # and it fetched in full only at the start (a hashcode that did not match would
         # have made it fetch in full again).
         await eventually(
-            lambda: spring.call("GET", "/state"),
+            lambda: service.call("GET", "/state"),
             lambda state: state["appsHashCode"] == registry.reconcile_hash(),
             timeout=TIMEOUT,
             what="its copy's hashcode matches",
@@ -254,8 +274,8 @@ async def test_the_spring_client_life_cycle(
         # It cancels at shutdown; where its transport cannot, its lease runs out and the
         # registry evicts it within the lease and a sweep (Eureka: twice the lease and up to
         # a minute more).
-        assert await spring.stop() in (0, 143)  # 143: the JVM's exit on SIGTERM
-        if cancels:
+        assert await service.stop() in (0, 143)  # 143: the JVM's exit on SIGTERM
+        if java.cancels:
             assert {} == statuses(registry, "ORDERS")
         else:
             assert {iid: "DOWN"} == statuses(registry, "ORDERS")
@@ -266,7 +286,7 @@ async def test_the_spring_client_life_cycle(
 
 
 async def test_the_spring_client_across_two_peered_nodes(
-    aiohttp_client: Any, spring_jars: dict[str, Path], tmp_path: Path
+    aiohttp_client: Any, jars: dict[str, Path], tmp_path: Path
 ) -> None:
     """It registers with node A only, and our client with node B: each sees the other through
     replication (py-eureka-client on B sees it too); an admin's override made on B reaches it
@@ -296,7 +316,7 @@ async def test_the_spring_client_across_two_peered_nodes(
     )
     async with (
         billing(urls[1]) as ours,
-        spring_service(spring_jars["2025.1"], tmp_path / "spring.log", urls[0]) as spring,
+        java_service(CLIENTS[0], jars, tmp_path / "java.log", urls[0]) as spring,
     ):
         iid = (await spring.call("GET", "/state"))["instanceId"]
         await eventually(
