@@ -159,8 +159,9 @@ class Dispatcher:
     async def _send(self, tasks: list[Task]) -> None:
         now_ms = self._clock.wall_ms()
         batch: list[tuple[Task, bytes]] = []
+        stock = self.peer.stock is True
         for task in tasks:
-            item = items.encoded(task, self._registry, now_ms=now_ms)
+            item = items.encoded(task, self._registry, now_ms=now_ms, stock=stock)
             if item is not None:
                 batch.append((task, item))
         if not batch:
@@ -175,6 +176,12 @@ class Dispatcher:
             await self._pause(self._backoff(congested=exc.congested), congested=exc.congested)
             return
         except PeerRefused as exc:
+            if self.peer.stock and not stock:
+                # A stock Eureka server refuses a batch with fields of ours in it: it goes again
+                # in Eureka's form alone.
+                log.info("peer_is_stock_eureka", peer=self.peer.url)
+                self.pending.put_back(task for task, _ in batch)
+                return
             # It answers, so no reason to hold back the next batch; this one is lost.
             log.warning("replication_batch_refused", peer=self.peer.url, detail=str(exc))
             self.stats.failed += len(batch)

@@ -28,14 +28,18 @@ from registry.errors import UnknownInstance
 _A = ReplicationAction
 
 
-def encoded(task: Task, registry: Registry, *, now_ms: int) -> bytes | None:
-    """`task`'s batch item as JSON, made once for every peer (see above); None when there is
-    nothing left to send."""
+def encoded(task: Task, registry: Registry, *, now_ms: int, stock: bool = False) -> bytes | None:
+    """`task`'s batch item as JSON, made once for every peer of ours (see above); None when
+    there is nothing left to send. For a `stock` Eureka peer, Eureka's item alone, made anew:
+    Eureka's server refuses a whole batch whose items carry a field it does not know."""
     instance = None
     if task.action is _A.HEARTBEAT or task.action is _A.REGISTER:
         instance = registry.instance_or_none(task.app, task.instance_id, now_ms=now_ms)
         if instance is None:
             return None
+    if stock:
+        item = encode(task, registry, now_ms=now_ms, stock=True)
+        return None if item is None else orjson.dumps(item)
     if task.item is None or task.item_of is not instance:
         item = encode(task, registry, now_ms=now_ms)
         if item is None:
@@ -44,10 +48,13 @@ def encoded(task: Task, registry: Registry, *, now_ms: int) -> bytes | None:
     return task.item
 
 
-def encode(task: Task, registry: Registry, *, now_ms: int) -> dict[str, Any] | None:
-    """The batch item for `task`, or None when there is nothing left to send. An override's
-    item carries its note (reason, author, when set, expiry) in fields of ours, which stock
-    Eureka peers ignore: every node then lists the same note and expires it on time."""
+def encode(
+    task: Task, registry: Registry, *, now_ms: int, stock: bool = False
+) -> dict[str, Any] | None:
+    """The batch item for `task`, or None when there is nothing left to send. For our peers,
+    an override's item carries its note (reason, author, when set, expiry) and a removal's its
+    time in fields of ours: every node then lists the same note and expires it on time. A
+    `stock` Eureka peer gets Eureka's fields alone."""
     item: dict[str, Any] = {"appName": task.app, "id": task.instance_id}
     if task.action in (_A.REGISTER, _A.HEARTBEAT):
         try:
@@ -61,6 +68,10 @@ def encode(task: Task, registry: Registry, *, now_ms: int) -> dict[str, Any] | N
             item["overriddenStatus"] = instance.overridden_status.value
         if task.action is _A.REGISTER:
             item["instanceInfo"] = json_codec.instance_dict(lease)
+    elif stock:
+        if task.action is not _A.CANCEL:
+            item["lastDirtyTimestamp"] = task.last_dirty_ms
+            item["status"] = (task.status or InstanceStatus.UNKNOWN).value
     elif task.action is _A.CANCEL:
         # What was removed and when, so that the peer keeps a copy of its own that is newer,
         # and remembers the removal (registry/core/tombstones.py). None: registered again since.

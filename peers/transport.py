@@ -15,7 +15,7 @@ import aiohttp
 import orjson
 from aiohttp import hdrs
 
-from registry.codec.wire import REPLICATION_HEADER, basic_authorization
+from registry.codec.wire import EPOCH_HEADER, PEER_HEADER, REPLICATION_HEADER, basic_authorization
 
 USER_AGENT = "service-registry-replication"
 
@@ -47,6 +47,7 @@ def new_session(
     `user:password`, is the peer credential every node of the cluster shares."""
     headers = {
         REPLICATION_HEADER: "true",
+        PEER_HEADER: "1",
         hdrs.ACCEPT: "application/json",
         hdrs.USER_AGENT: USER_AGENT,
     }
@@ -69,6 +70,9 @@ class PeerClient:
     def __init__(self, session: aiohttp.ClientSession, url: str) -> None:
         self.url = url  # the base URL, ending in a slash: http://10.0.0.2:8761/eureka/
         self._session = session
+        # Whether the peer is a stock Eureka server, as its last answer showed (None: it has
+        # not answered yet): batch items for one leave out the fields of ours it cannot read.
+        self.stock: bool | None = None
 
     async def send_batch(self, items: list[bytes]) -> list[Any]:
         """POST the items (each already JSON); the peer's `responseList`, one answer per item."""
@@ -110,6 +114,9 @@ class PeerClient:
             ) as response:
                 body = await response.read()
                 status = response.status
+                # Every answer of our nodes, errors included, names its epoch; a stock
+                # Eureka server's never does.
+                self.stock = EPOCH_HEADER not in response.headers
         except aiohttp.ConnectionTimeoutError as exc:  # no connection: unreachable, not busy
             raise PeerUnavailable(
                 f"{self.url}: connect timed out ({exc!r})", congested=False

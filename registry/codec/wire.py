@@ -49,6 +49,9 @@ EPOCH_HEADER = istr("X-Registry-Epoch")
 SINCE_HEADER = istr("X-Registry-Since")  # on a long-poll answer: the index it goes on from
 # On a registration's 204 that changed nothing (ours is newer): why.
 REGISTRATION_HEADER = istr("X-Registry-Registration")
+# Sent by our nodes with their replication calls: the batch answer may carry fields of ours
+# (an error's name and detail, a removal), which stock Eureka peers cannot read.
+PEER_HEADER = istr("X-Registry-Peer")
 # On a heartbeat's 404, which has no body (as Eureka's): which error it is.
 ERROR_HEADER = istr("X-Registry-Error")
 DATA_CENTER_NAMES = ("Netflix", "Amazon", "MyOwn")

@@ -100,6 +100,10 @@ async def batch(request: web.Request) -> web.Response:
             now_ms = clock.wall_ms()
     if refused:  # one line a batch, however many items it refused
         log.warning("replication_items_refused", refused=refused, of=len(items), first=first)
+    if wire.PEER_HEADER not in request.headers:
+        # A stock Eureka peer reads each answer strictly: a field it does not know fails the
+        # whole batch. It gets Eureka's statusCode (and the copy of a 409) alone.
+        answers = [answered if len(answered) == 1 else _eurekas(answered) for answered in answers]
     return web.Response(
         body=orjson.dumps({"responseList": answers}), content_type="application/json"
     )
@@ -129,6 +133,14 @@ async def removed(request: web.Request) -> web.Response:
     chosen = tombstones if app is None else tombstones.of(app.upper())
     body = {"removed": [removal_item(t) for t in chosen]}
     return web.Response(body=orjson.dumps(body), content_type="application/json")
+
+
+def _eurekas(answered: dict[str, Any]) -> dict[str, Any]:
+    """An item's answer with Eureka's fields alone."""
+    return {key: value for key, value in answered.items() if key in _EUREKAS}
+
+
+_EUREKAS = frozenset({"statusCode", "responseEntity"})
 
 
 def removal_item(removal: Tombstone) -> dict[str, Any]:

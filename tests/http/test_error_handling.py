@@ -510,7 +510,7 @@ class TestTimestampsAhead:
         response = await client.post(
             "/eureka/peerreplication/batch",
             data=orjson.dumps({"replicationList": items}),
-            headers=JSON_BODY,
+            headers={**JSON_BODY, "X-Registry-Peer": "1"},  # as our nodes send: with details
         )
         answers = (await response.json())["responseList"]
         assert [400, 400] == [a["statusCode"] for a in answers]

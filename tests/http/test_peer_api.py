@@ -16,11 +16,14 @@ from tests.helpers import fetch_json, instance_doc, register, registry_of
 
 BATCH = "/eureka/peerreplication/batch/"
 JSON_BODY = {"Content-Type": "application/json", "Accept": "application/json"}
+OURS = {**JSON_BODY, "X-Registry-Peer": "1"}  # as our nodes send a batch
 
 
-async def post_batch(client: TestClient, items: list[Any]) -> list[dict[str, Any]]:
+async def post_batch(
+    client: TestClient, items: list[Any], headers: dict[str, str] = OURS
+) -> list[dict[str, Any]]:
     response = await client.post(
-        BATCH, data=orjson.dumps({"replicationList": items}), headers=JSON_BODY
+        BATCH, data=orjson.dumps({"replicationList": items}), headers=headers
     )
     assert 200 == response.status, await response.text()
     answers: list[dict[str, Any]] = (await response.json())["responseList"]
@@ -135,7 +138,7 @@ class TestItems:
     async def test_a_batch_of_more_than_a_thousand_items_is_refused(self, client: TestClient):
         items = [item("Heartbeat", iid=f"i-{n}") for n in range(1_001)]
         response = await client.post(
-            BATCH, data=orjson.dumps({"replicationList": items}), headers=JSON_BODY
+            BATCH, data=orjson.dumps({"replicationList": items}), headers=OURS
         )
         assert 400 == response.status
         assert "replicationList" == (await response.json())["field"]
@@ -155,6 +158,33 @@ class TestItems:
         assert {"statusCode": 409, "error": "removed_here", **removal} == {
             key: refused[key] for key in ("statusCode", "error", *removal)
         }
+
+    async def test_a_stock_eureka_peer_gets_eurekas_answers(self, client: TestClient):
+        """A batch without our X-Registry-Peer header comes from a stock Eureka server, which
+        fails a whole answer with a field it does not know: each item's answer is Eureka's
+        statusCode, with the copy of a 409, and nothing of ours."""
+        await register(client, lastDirtyTimestamp="1735689000000")
+        removal = {"lastDirtyTimestamp": 1735689000000, "removedAt": 1735689001000}
+        doc = instance_doc(iid="gone", lastDirtyTimestamp="1735689000000")
+        answers = await post_batch(
+            client,
+            [
+                item("Heartbeat", lastDirtyTimestamp=1),  # older: our copy, 409
+                item("Heartbeat", iid="nope"),
+                item("Cancel", iid="gone", **removal),
+                item("Register", iid="gone", instanceInfo=doc),  # removed here: 409
+                item("Explode"),
+            ],
+            headers=JSON_BODY,
+        )
+        assert [
+            (409, {"statusCode", "responseEntity"}),
+            (404, {"statusCode"}),
+            (404, {"statusCode"}),
+            (409, {"statusCode"}),
+            (400, {"statusCode"}),
+        ] == [(answer["statusCode"], set(answer)) for answer in answers]
+        assert "i-1" == answers[0]["responseEntity"]["instanceId"]
 
     async def test_a_heartbeat_for_an_unknown_instance_is_404(self, client: TestClient):
         """The sender follows a 404 with the full registration."""

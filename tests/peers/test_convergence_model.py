@@ -65,6 +65,7 @@ class Wire:
     def __init__(self, node: Node) -> None:
         self.node = node
         self.url = f"model://{node.name}/"
+        self.stock = False  # every node of the model is ours
 
     async def send_batch(self, items: list[bytes]) -> list[Any]:
         now_ms = self.node.clock.wall_ms()
