@@ -130,7 +130,10 @@ async def eventually(
         value = probe()
         if inspect.isawaitable(value):
             value = await value
-        if accept(value):  # type: ignore[arg-type]
+        accepted = accept(value)  # type: ignore[arg-type]
+        if accepted is NotImplemented:  # a dunder like "UP".__eq__ given a None: no answer
+            raise TypeError(f"{what}: {accept!r} cannot judge {value!r}")
+        if accepted:
             return value  # type: ignore[return-value]
         if asyncio.get_running_loop().time() > deadline:
             raise AssertionError(f"{what}: not true within {timeout} s; last value: {value!r}")

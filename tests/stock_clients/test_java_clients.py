@@ -179,7 +179,7 @@ async def test_the_life_cycle(
         # It registers, UP, and renews.
         await eventually(
             lambda: statuses(registry, "ORDERS"),
-            {iid: "UP"}.__eq__,
+            lambda value: value == {iid: "UP"},
             timeout=TIMEOUT,
             what="registered UP",
         )
@@ -194,13 +194,13 @@ async def test_the_life_cycle(
         # Our client sees it; it sees ours (through Spring's DiscoveryClient, for Spring).
         await eventually(
             lambda: [i.instance_id for i in ours.instances("ORDERS")],
-            [iid].__eq__,
+            lambda value: value == [iid],
             timeout=TIMEOUT,
             what="our client sees it",
         )
         await eventually(
             lambda: seen(service, "billing"),
-            ["billing-1"].__eq__,
+            lambda value: value == ["billing-1"],
             timeout=TIMEOUT,
             what="it sees billing",
         )
@@ -209,14 +209,17 @@ async def test_the_life_cycle(
         response = await client.put("/eureka/apps/BILLING/billing-1/status?value=OUT_OF_SERVICE")
         assert 200 == response.status
         await eventually(
-            lambda: seen(service, "billing"), [].__eq__, timeout=TIMEOUT, what="billing dropped"
+            lambda: seen(service, "billing"),
+            lambda value: value == [],
+            timeout=TIMEOUT,
+            what="billing dropped",
         )
         # The override goes (UNKNOWN: billing's next heartbeat is a 404, it registers again).
         response = await client.delete("/eureka/apps/BILLING/billing-1/status")
         assert 200 == response.status
         await eventually(
             lambda: seen(service, "billing"),
-            ["billing-1"].__eq__,
+            lambda value: value == ["billing-1"],
             timeout=TIMEOUT,
             what="billing back",
         )
@@ -227,7 +230,7 @@ async def test_the_life_cycle(
         assert {} == statuses(registry, "ORDERS")
         await eventually(
             lambda: statuses(registry, "ORDERS"),
-            {iid: "UP"}.__eq__,
+            lambda value: value == {iid: "UP"},
             timeout=TIMEOUT,
             what="registered again",
         )
@@ -236,20 +239,20 @@ async def test_the_life_cycle(
         await service.call("PUT", "/status/DOWN")
         await eventually(
             lambda: statuses(registry, "ORDERS"),
-            {iid: "DOWN"}.__eq__,
+            lambda value: value == {iid: "DOWN"},
             timeout=TIMEOUT,
             what="DOWN",
         )
         await eventually(
             lambda: [i.status.value for i in ours.instances("ORDERS", all_statuses=True)],
-            ["DOWN"].__eq__,
+            lambda value: value == ["DOWN"],
             timeout=TIMEOUT,
             what="our client sees DOWN",
         )
         await service.call("PUT", "/status/UP")
         await eventually(
             lambda: statuses(registry, "ORDERS"),
-            {iid: "UP"}.__eq__,
+            lambda value: value == {iid: "UP"},
             timeout=TIMEOUT,
             what="UP again",
         )
@@ -280,7 +283,10 @@ async def test_the_life_cycle(
         else:
             assert {iid: "DOWN"} == statuses(registry, "ORDERS")
             await eventually(
-                lambda: registry.evictions, (1).__le__, timeout=LEASE + 5, what="evicted"
+                lambda: registry.evictions,
+                lambda evictions: evictions >= 1,
+                timeout=LEASE + 5,
+                what="evicted",
             )
             assert {} == statuses(registry, "ORDERS")
 
@@ -321,19 +327,19 @@ async def test_the_spring_client_across_two_peered_nodes(
         iid = (await spring.call("GET", "/state"))["instanceId"]
         await eventually(
             lambda: statuses(registry_b, "ORDERS"),
-            {iid: "UP"}.__eq__,
+            lambda value: value == {iid: "UP"},
             timeout=TIMEOUT,
             what="replicated to B",
         )
         await eventually(
             lambda: [i.instance_id for i in ours.instances("ORDERS")],
-            [iid].__eq__,
+            lambda value: value == [iid],
             timeout=TIMEOUT,
             what="our client on B sees it",
         )
         await eventually(
             lambda: seen(spring, "billing"),
-            ["billing-1"].__eq__,
+            lambda value: value == ["billing-1"],
             timeout=TIMEOUT,
             what="it sees billing, registered on B",
         )
@@ -349,14 +355,14 @@ async def test_the_spring_client_across_two_peered_nodes(
         assert 200 == response.status
         await eventually(
             lambda: seen(spring, "billing"),
-            [].__eq__,
+            lambda value: value == [],
             timeout=TIMEOUT,
             what="B's override reaches it through A",
         )
         await spring.call("PUT", "/status/DOWN")
         await eventually(
             lambda: statuses(registry_b, "ORDERS"),
-            {iid: "DOWN"}.__eq__,
+            lambda value: value == {iid: "DOWN"},
             timeout=TIMEOUT,
             what="its DOWN on B",
         )
@@ -364,7 +370,7 @@ async def test_the_spring_client_across_two_peered_nodes(
         assert await spring.stop() in (0, 143)
         await eventually(
             lambda: statuses(registry_b, "ORDERS"),
-            {}.__eq__,
+            lambda value: value == {},
             timeout=TIMEOUT,
             what="its cancel on B",
         )

@@ -1,0 +1,430 @@
+"""The same questions asked of Spring Cloud Netflix's Eureka server and of ours, the answers
+compared field by field.
+
+One script of wire requests (registrations in JSON and XML, heartbeats, the reads in JSON and
+XML, the delta, overrides set and removed, metadata, cancels, bad input) goes to a real Eureka
+server (tests/bench/eureka_server/, built with Maven, its read-only cache off so that a read
+follows a write, as ours does) and to ours, step by step. Each answer is reduced to what a
+client can rely on: the status, and the body parsed (JSON, or XML as a tree), with times
+masked. Where the two differ on purpose the difference is named below with its reason, and
+docs/differences.md says why; any other difference fails the test.
+"""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import orjson
+import pytest
+
+from registry import Settings, create_app
+from registry.appkeys import CLUSTER
+from tests.helpers import eventually, free_port, instance_doc
+from tests.stock_clients.java import JavaService, build, need_java
+
+pytestmark = [pytest.mark.slow, pytest.mark.java]
+
+EUREKA_SERVER = Path(__file__).parents[1] / "bench" / "eureka_server"
+JSON = {"Accept": "application/json"}
+XML = {"Accept": "application/xml"}
+JSON_BODY = {"Content-Type": "application/json"}
+XML_BODY = {"Content-Type": "application/xml"}
+
+
+@dataclass(frozen=True)
+class Ask:
+    """One request of the script; `name` says what it asks."""
+
+    name: str
+    method: str
+    path: str  # below /eureka/
+    headers: dict[str, str] = field(default_factory=dict)
+    body: bytes | None = None
+
+
+def registration(app: str, iid: str, **fields: Any) -> bytes:
+    return orjson.dumps({"instance": instance_doc(app, iid, **fields)})
+
+
+BILLING_XML = b"""<instance>
+  <instanceId>b-1</instanceId><hostName>b-1.example.internal</hostName><app>BILLING</app>
+  <ipAddr>10.0.0.6</ipAddr><status>UP</status><overriddenstatus>UNKNOWN</overriddenstatus>
+  <port enabled="true">9090</port><securePort enabled="false">443</securePort>
+  <countryId>1</countryId>
+  <dataCenterInfo class="com.netflix.appinfo.InstanceInfo$DefaultDataCenterInfo">
+    <name>MyOwn</name></dataCenterInfo>
+  <leaseInfo><renewalIntervalInSecs>30</renewalIntervalInSecs>
+    <durationInSecs>90</durationInSecs></leaseInfo>
+  <metadata><zone>a</zone></metadata>
+  <vipAddress>billing</vipAddress><secureVipAddress>billing</secureVipAddress>
+  <lastDirtyTimestamp>1735689000000</lastDirtyTimestamp>
+</instance>"""
+
+SCRIPT = [
+    Ask("empty registry, JSON", "GET", "apps", JSON),
+    Ask("empty registry, XML", "GET", "apps", XML),
+    Ask("register, JSON", "POST", "apps/ORDERS", JSON_BODY, registration("ORDERS", "o-1")),
+    Ask(
+        "register, the fewest fields",
+        "POST",
+        "apps/ORDERS",
+        JSON_BODY,
+        orjson.dumps(
+            {
+                "instance": {
+                    "instanceId": "o-2",
+                    "hostName": "o-2.example.internal",
+                    "app": "ORDERS",
+                    "ipAddr": "10.0.0.7",
+                    "status": "UP",
+                    "dataCenterInfo": instance_doc()["dataCenterInfo"],
+                    "lastDirtyTimestamp": "1735689000000",
+                }
+            }
+        ),
+    ),
+    Ask("register, XML", "POST", "apps/BILLING", XML_BODY, BILLING_XML),
+    Ask("registry, JSON", "GET", "apps", JSON),
+    Ask("registry, XML", "GET", "apps", XML),
+    Ask("one application, JSON", "GET", "apps/ORDERS", JSON),
+    Ask("one application, XML", "GET", "apps/BILLING", XML),
+    Ask("one instance, JSON", "GET", "apps/ORDERS/o-1", JSON),
+    Ask("one instance, XML", "GET", "apps/ORDERS/o-2", XML),
+    Ask("an instance by id", "GET", "instances/b-1", JSON),
+    Ask("a VIP", "GET", "vips/orders", JSON),
+    Ask("a secure VIP", "GET", "svips/billing", XML),
+    Ask("an unknown VIP", "GET", "vips/nope", JSON),
+    Ask("heartbeat", "PUT", "apps/ORDERS/o-1?status=UP&lastDirtyTimestamp=1735689000000"),
+    Ask("heartbeat, older data", "PUT", "apps/ORDERS/o-1?status=UP&lastDirtyTimestamp=1"),
+    Ask("heartbeat, no timestamp", "PUT", "apps/ORDERS/o-1"),
+    Ask("heartbeat, unknown instance", "PUT", "apps/ORDERS/nope?status=UP"),
+    Ask(
+        "heartbeat, newer data",
+        "PUT",
+        "apps/ORDERS/o-1?status=UP&lastDirtyTimestamp=1835689000000",
+    ),
+    Ask(
+        "register, STARTING",
+        "POST",
+        "apps/ORDERS",
+        JSON_BODY,
+        registration("ORDERS", "o-4", status="STARTING"),
+    ),
+    Ask("a STARTING instance", "GET", "apps/ORDERS/o-4", XML),
+    Ask(
+        "a peer's batch",
+        "POST",
+        "peerreplication/batch",
+        {**JSON_BODY, **JSON, "x-netflix-discovery-replication": "true"},
+        orjson.dumps(
+            {
+                "replicationList": [
+                    {
+                        "appName": "ORDERS",
+                        "id": "o-1",
+                        "lastDirtyTimestamp": 1735689000000,
+                        "status": "UP",
+                        "action": "Heartbeat",
+                    },
+                    {
+                        "appName": "ORDERS",
+                        "id": "nope",
+                        "lastDirtyTimestamp": 1735689000000,
+                        "status": "UP",
+                        "action": "Heartbeat",
+                    },
+                    {
+                        "appName": "ORDERS",
+                        "id": "o-4",
+                        "lastDirtyTimestamp": 1735689000000,
+                        "action": "Cancel",
+                    },
+                ]
+            }
+        ),
+    ),
+    Ask("delta, JSON", "GET", "apps/delta", JSON),
+    Ask("delta, XML", "GET", "apps/delta", XML),
+    Ask("override set", "PUT", "apps/ORDERS/o-1/status?value=OUT_OF_SERVICE"),
+    Ask("instance under an override", "GET", "apps/ORDERS/o-1", JSON),
+    Ask("heartbeat under an override", "PUT", "apps/ORDERS/o-1?status=UP"),
+    Ask("override on an unknown instance", "PUT", "apps/ORDERS/nope/status?value=DOWN"),
+    Ask("override removed", "DELETE", "apps/ORDERS/o-1/status"),
+    Ask("instance after the override", "GET", "apps/ORDERS/o-1", JSON),
+    Ask("heartbeat after the override", "PUT", "apps/ORDERS/o-1?status=UP"),
+    Ask("re-register", "POST", "apps/ORDERS", JSON_BODY, registration("ORDERS", "o-1")),
+    Ask("override removed, leaving UP", "PUT", "apps/ORDERS/o-2/status?value=DOWN"),
+    Ask("override removed with a value", "DELETE", "apps/ORDERS/o-2/status?value=UP"),
+    Ask("instance after a removal with a value", "GET", "apps/ORDERS/o-2", JSON),
+    Ask("metadata", "PUT", "apps/ORDERS/o-1/metadata?team=payments"),
+    Ask("instance with metadata", "GET", "apps/ORDERS/o-1", JSON),
+    Ask("cancel", "DELETE", "apps/ORDERS/o-2"),
+    Ask("cancel again", "DELETE", "apps/ORDERS/o-2"),
+    Ask("the cancelled instance", "GET", "apps/ORDERS/o-2", JSON),
+    Ask("delta after it all", "GET", "apps/delta", JSON),
+    Ask("registry after it all, XML", "GET", "apps", XML),
+    Ask("an unknown application", "GET", "apps/NOPE", JSON),
+    Ask("an unknown instance", "GET", "instances/nope", JSON),
+    Ask("bad input: JSON that does not parse", "POST", "apps/ORDERS", JSON_BODY, b"{nope"),
+    Ask(
+        "bad input: no hostName",
+        "POST",
+        "apps/ORDERS",
+        JSON_BODY,
+        registration("ORDERS", "o-3", hostName=...),
+    ),
+    Ask("bad input: a status that is none", "PUT", "apps/ORDERS/o-1/status?value=BOGUS"),
+    Ask(
+        "bad input: a lastDirtyTimestamp that is no number",
+        "PUT",
+        "apps/ORDERS/o-1?lastDirtyTimestamp=abc",
+    ),
+]
+
+
+def tree(element: ET.Element) -> Any:
+    """An XML element as nested dicts: attributes as @name, text, children by tag (a repeated
+    tag as a list)."""
+    node: dict[str, Any] = {f"@{k}": v for k, v in element.attrib.items()}
+    for child in element:
+        value = tree(child)
+        if child.tag in node:
+            if not isinstance(node[child.tag], list):
+                node[child.tag] = [node[child.tag]]
+            node[child.tag].append(value)
+        else:
+            node[child.tag] = value
+    text = (element.text or "").strip()
+    if not node:
+        return text
+    if text:
+        node["$"] = text
+    return node
+
+
+# Lists whose order carries no meaning, and what sorts them: Eureka's applications come out of
+# a hash map, ours in the order they registered.
+UNORDERED = {"application": "name", "instance": "instanceId"}
+
+
+def masked(value: Any, key: str = "") -> Any:
+    """`value` with what differs by the moment masked (times), applications and instances in
+    one order."""
+    if isinstance(value, dict):
+        return {k: masked(v, k) for k, v in value.items()}
+    if isinstance(value, list):
+        items = [masked(v, key) for v in value]
+        if key in UNORDERED and all(isinstance(item, dict) for item in items):
+            items.sort(key=lambda item: str(item.get(UNORDERED[key])))
+        return items
+    if key.lower().endswith("timestamp") and value not in (0, "0"):
+        return "<time>"
+    return value
+
+
+def reduced(status: int, content_type: str, body: bytes) -> dict[str, Any]:
+    """What a client can rely on in an answer."""
+    answer: dict[str, Any] = {"status": status}
+    if not body:
+        return answer
+    try:
+        if "json" in content_type:
+            answer["json"] = masked(orjson.loads(body))
+        elif "xml" in content_type:
+            root = ET.fromstring(body)
+            answer["xml"] = {root.tag: masked(tree(root))}
+        else:
+            answer["other"] = f"{content_type}: {body[:80]!r}"
+    except (orjson.JSONDecodeError, ET.ParseError):
+        answer["unreadable"] = f"{content_type}: {body[:80]!r}"
+    return answer
+
+
+async def asked(session: aiohttp.ClientSession, base: str, ask: Ask) -> dict[str, Any]:
+    async with session.request(
+        ask.method, base + ask.path, headers=ask.headers, data=ask.body
+    ) as response:
+        return reduced(
+            response.status, response.headers.get("Content-Type", ""), await response.read()
+        )
+
+
+def differences(eureka: Any, ours: Any, where: str = "") -> Iterator[str]:
+    """Each place where two reduced answers differ, as `path: eureka != ours`."""
+    if isinstance(eureka, dict) and isinstance(ours, dict):
+        for key in sorted(eureka.keys() | ours.keys()):
+            yield from differences(
+                eureka.get(key, "<absent>"), ours.get(key, "<absent>"), f"{where}.{key}"
+            )
+    elif isinstance(eureka, list) and isinstance(ours, list) and len(eureka) == len(ours):
+        for n, (a, b) in enumerate(zip(eureka, ours, strict=True)):
+            yield from differences(a, b, f"{where}[{n}]")
+    elif eureka != ours:
+        yield f"{where}: {eureka!r} != {ours!r}"
+
+
+@pytest.fixture(scope="module")
+def eureka_jar() -> Path:
+    need_java()
+    build(EUREKA_SERVER)
+    return EUREKA_SERVER / "target" / "eureka-server.jar"
+
+
+@pytest.fixture
+def blockbuster():
+    """The Eureka server is outside this loop; the server half is covered elsewhere."""
+    return None
+
+
+# The steps whose answers differ on purpose, each with the reason (docs/differences.md).
+ERROR_BODY = (
+    "an error's body names the error and says why ({error, detail, field}); Eureka's is Spring "
+    "Boot's generic page ({timestamp, status, error: Not Found, path}) or plain text"
+)
+STATUS_400 = "bad input is a 400 naming the field; Eureka answers 500"
+DELTA_VERSION = (
+    "versions__delta is the registry index the delta was made at (X-Registry-Index); Eureka's "
+    "counts the deltas it built, and clients only compare it with -1"
+)
+EMPTY_404 = (
+    "a heartbeat's 404 is empty, as Eureka's contract has it: Netflix's Jersey clients read any "
+    "body there as an instance, and fail instead of registering again (the stock server, on "
+    "Spring Boot 4, answers it with Spring Boot's error page)"
+)
+ON_PURPOSE: dict[str, str] = {
+    "heartbeat, unknown instance": EMPTY_404,
+    "heartbeat after the override": EMPTY_404,
+    "heartbeat, newer data": EMPTY_404,
+    "delta, JSON": DELTA_VERSION,
+    "delta, XML": DELTA_VERSION,
+    "delta after it all": DELTA_VERSION,
+    "override on an unknown instance": ERROR_BODY,
+    "cancel again": ERROR_BODY,
+    "the cancelled instance": ERROR_BODY,
+    "an unknown application": ERROR_BODY,
+    "an unknown instance": ERROR_BODY,
+    "bad input: JSON that does not parse": ERROR_BODY,
+    "bad input: no hostName": ERROR_BODY,
+    "bad input: a status that is none": STATUS_400,
+    "bad input: a lastDirtyTimestamp that is no number": STATUS_400,
+}
+
+
+async def test_the_same_questions_get_the_same_answers(
+    aiohttp_server: Any, eureka_jar: Path, tmp_path: Path
+) -> None:
+    ours = await aiohttp_server(create_app(Settings(store=False)), host="127.0.0.1")
+    eureka = JavaService(eureka_jar, tmp_path / "eureka.log", ready_path="/eureka/apps")
+    await eureka.start(
+        args=[
+            f"--server.port={eureka.port}",
+            "--eureka.server.use-read-only-response-cache=false",
+        ]
+    )
+    try:
+        found: dict[str, list[str]] = {}
+        async with aiohttp.ClientSession() as session:
+            for ask in SCRIPT:
+                theirs = await asked(session, f"{eureka.base}/eureka/", ask)
+                mine = await asked(session, str(ours.make_url("/eureka/")), ask)
+                different = list(differences(theirs, mine))
+                if different:
+                    found[ask.name] = different
+    finally:
+        eureka.kill()
+    unexplained = {name: diff for name, diff in found.items() if name not in ON_PURPOSE}
+    assert {} == unexplained, "\n".join(
+        f"{name}:\n  " + "\n  ".join(diff) for name, diff in unexplained.items()
+    )
+    assert set(ON_PURPOSE) <= set(found), "a difference named on purpose is gone"
+
+
+async def test_a_stock_eureka_node_and_ours_replicate_to_each_other(
+    aiohttp_server: Any, eureka_jar: Path, tmp_path: Path
+) -> None:
+    """A cluster in the middle of a migration: a stock Eureka node and ours, each the other's
+    peer. Registrations, an admin's override (ours with a reason, which Eureka's items have no
+    field for) and a cancel cross in both directions, and no batch is refused either way."""
+    port = free_port()
+    ours_url = f"http://127.0.0.1:{port}/eureka/"
+    eureka = JavaService(eureka_jar, tmp_path / "eureka.log", ready_path="/eureka/apps")
+    await eureka.start(
+        args=[
+            f"--server.port={eureka.port}",
+            f"--eureka.client.service-url.defaultZone={ours_url}",
+            "--eureka.server.use-read-only-response-cache=false",
+        ]
+    )
+    try:
+        settings = Settings(
+            store=False,
+            peers=(f"{eureka.base}/eureka/",),
+            peer_sync_budget=1,
+            peer_sync_empty_window=1,
+        )
+        ours = await aiohttp_server(create_app(settings), host="127.0.0.1", port=port)
+        async with aiohttp.ClientSession() as session:
+
+            async def status_at(base: str, app: str, iid: str) -> str | None:
+                async with session.get(f"{base}apps/{app}/{iid}", headers=JSON) as response:
+                    if response.status != 200:
+                        return None
+                    return str((await response.json())["instance"]["status"])
+
+            async def call(base: str, method: str, path: str, body: bytes | None = None) -> int:
+                headers = JSON_BODY if body is not None else {}
+                async with session.request(method, base + path, data=body, headers=headers) as r:
+                    return r.status
+
+            theirs = f"{eureka.base}/eureka/"
+            assert 204 == await call(theirs, "POST", "apps/ORDERS", registration("ORDERS", "o-1"))
+            assert 204 == await call(
+                ours_url, "POST", "apps/BILLING", registration("BILLING", "b-1")
+            )
+            await eventually(
+                lambda: status_at(ours_url, "ORDERS", "o-1"),
+                lambda value: value == "UP",
+                what="o-1 reaches ours",
+            )
+            await eventually(
+                lambda: status_at(theirs, "BILLING", "b-1"),
+                lambda value: value == "UP",
+                what="b-1 reaches Eureka",
+            )
+
+            path = "apps/BILLING/b-1/status?value=OUT_OF_SERVICE&reason=disk+swap"
+            assert 200 == await call(ours_url, "PUT", path)
+            await eventually(
+                lambda: status_at(theirs, "BILLING", "b-1"),
+                lambda value: value == "OUT_OF_SERVICE",
+                what="our override reaches Eureka",
+            )
+            assert 200 == await call(theirs, "PUT", "apps/ORDERS/o-1/status?value=OUT_OF_SERVICE")
+            await eventually(
+                lambda: status_at(ours_url, "ORDERS", "o-1"),
+                lambda value: value == "OUT_OF_SERVICE",
+                what="Eureka's override reaches ours",
+            )
+
+            assert 200 == await call(ours_url, "DELETE", "apps/BILLING/b-1")
+            await eventually(
+                lambda: status_at(theirs, "BILLING", "b-1"),
+                lambda status: status is None,
+                what="our cancel reaches Eureka",
+            )
+            assert 200 == await call(theirs, "DELETE", "apps/ORDERS/o-1")
+            await eventually(
+                lambda: status_at(ours_url, "ORDERS", "o-1"),
+                lambda status: status is None,
+                what="Eureka's cancel reaches ours",
+            )
+        [peer] = ours.app[CLUSTER].status()
+        assert (0, 0) == (peer["failed"], peer["dropped"]), peer
+        assert "cannot parse" not in eureka.tail(200_000)
+    finally:
+        eureka.kill()
