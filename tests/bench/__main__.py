@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from registry.__main__ import loop_name, new_event_loop
+from tests.bench.against_eureka import against_eureka, eureka_rows
 from tests.bench.client_scenario import client_figures, client_rows
 from tests.bench.cluster import cluster
 from tests.bench.cluster_report import cluster_rows
@@ -128,6 +129,8 @@ async def run(plan: Plan) -> dict[str, Any]:
         results["workers"] = await workers(plan)
     if "cluster" in plan.scenarios:
         results["cluster"] = await cluster(plan)
+    if "eureka" in plan.scenarios:
+        results["eureka"] = await against_eureka(plan)
     return results
 
 
@@ -156,7 +159,7 @@ def table(results: dict[str, Any], *, judged: bool = True) -> str:
     """The figures as text; with `judged`, each beside its target (smoke runs are not judged)."""
     rows = [("scenario", "registry", "ceiling", "ratio", "cpu ratio", "p50 / p99 ms", "target")]
     for name, figure in results.items():
-        if not isinstance(figure, dict) or "registry" not in figure:
+        if not isinstance(figure, dict) or "ceiling" not in figure:
             continue
         ours, ceiling = figure["registry"], figure["ceiling"]
         target = TARGETS["heartbeat" if name == "heartbeat" else "full_fetch"]
@@ -191,6 +194,8 @@ def table(results: dict[str, Any], *, judged: bool = True) -> str:
         rows.extend(client_rows(results["client"], judged=judged))
     if "cluster" in results:
         rows.extend(cluster_rows(results["cluster"], judged=judged))
+    if "eureka" in results:
+        rows.extend(eureka_rows(results["eureka"]))
     if "memory" not in results:
         return _render(rows)
     mem = results["memory"]

@@ -30,6 +30,7 @@ SCENARIOS = (
     "client",
     "workers",
     "cluster",
+    "eureka",
 )
 # The delta scenario's window, in seconds (Eureka's is 180).
 DELTA_WINDOW = 3
