@@ -8,6 +8,7 @@ of the exceptions below, which say what to do next.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote
 
@@ -15,9 +16,13 @@ import aiohttp
 import orjson
 from aiohttp import hdrs
 
-from registry.codec.wire import EPOCH_HEADER, PEER_HEADER, REPLICATION_HEADER, basic_authorization
-
-USER_AGENT = "service-registry-replication"
+from registry.codec.wire import (
+    EPOCH_HEADER,
+    PEER_HEADER,
+    REPLICATION_HEADER,
+    REPLICATION_USER_AGENT,
+    basic_authorization,
+)
 
 
 class PeerError(Exception):
@@ -49,7 +54,7 @@ def new_session(
         REPLICATION_HEADER: "true",
         PEER_HEADER: "1",
         hdrs.ACCEPT: "application/json",
-        hdrs.USER_AGENT: USER_AGENT,
+        hdrs.USER_AGENT: REPLICATION_USER_AGENT,
     }
     if credential:
         headers[hdrs.AUTHORIZATION] = basic_authorization(credential)
@@ -70,9 +75,19 @@ class PeerClient:
     def __init__(self, session: aiohttp.ClientSession, url: str) -> None:
         self.url = url  # the base URL, ending in a slash: http://10.0.0.2:8761/eureka/
         self._session = session
-        # Whether the peer is a stock Eureka server, as its last answer showed (None: it has
-        # not answered yet): batch items for one leave out the fields of ours it cannot read.
+        # Whether the peer is a stock Eureka server (None: not known yet): batch items for one
+        # leave out the fields of ours it cannot read.
         self.stock: bool | None = None
+
+    def _learn(self, headers: Mapping[str, str], status: int) -> None:
+        """Every answer of our nodes, errors included, names its epoch; a stock Eureka server's
+        never does. Once ours, always ours: a proxy's or the server's own error page (a 502, a
+        503 while it restarts) lacks the header too, and must not make our node a stock one.
+        A 5xx says nothing either way."""
+        if EPOCH_HEADER in headers:
+            self.stock = False
+        elif self.stock is None and status < 500:
+            self.stock = True
 
     async def send_batch(self, items: list[bytes]) -> list[Any]:
         """POST the items (each already JSON); the peer's `responseList`, one answer per item."""
@@ -114,9 +129,7 @@ class PeerClient:
             ) as response:
                 body = await response.read()
                 status = response.status
-                # Every answer of our nodes, errors included, names its epoch; a stock
-                # Eureka server's never does.
-                self.stock = EPOCH_HEADER not in response.headers
+                self._learn(response.headers, status)
         except aiohttp.ConnectionTimeoutError as exc:  # no connection: unreachable, not busy
             raise PeerUnavailable(
                 f"{self.url}: connect timed out ({exc!r})", congested=False

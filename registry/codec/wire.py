@@ -52,6 +52,8 @@ REGISTRATION_HEADER = istr("X-Registry-Registration")
 # Sent by our nodes with their replication calls: the batch answer may carry fields of ours
 # (an error's name and detail, a removal), which stock Eureka peers cannot read.
 PEER_HEADER = istr("X-Registry-Peer")
+# Our nodes' User-Agent on replication calls; releases before X-Registry-Peer send it alone.
+REPLICATION_USER_AGENT = "service-registry-replication"
 # On a heartbeat's 404, which has no body (as Eureka's): which error it is.
 ERROR_HEADER = istr("X-Registry-Error")
 DATA_CENTER_NAMES = ("Netflix", "Amazon", "MyOwn")

@@ -75,8 +75,8 @@ class Loops:
     async def stop(self) -> None:
         for task in self._tasks:  # all at once: a stop cancelled while it waits leaves none
             task.cancel()
-        for task in self._tasks:
-            await cancel_and_wait(task)
+        for task in self._tasks:  # each once: a second cancel would cut its cleanup short
+            await _stopped(task)
         self._tasks.clear()
 
     @property
@@ -89,9 +89,14 @@ async def cancel_and_wait(task: asyncio.Task[None]) -> None:
     """Cancel a background task and wait for it, swallowing only its own cancellation: a caller
     cancelled while it waits (a task may take a while to stop) ends cancelled too, rather than
     carrying on as if only the task had been."""
+    task.cancel()
+    await _stopped(task)
+
+
+async def _stopped(task: asyncio.Task[None]) -> None:
+    """Wait for a cancelled task to end; its cancellation swallowed, the caller's not."""
     current = asyncio.current_task()
     cancels = current.cancelling() if current is not None else 0
-    task.cancel()
     try:
         await task
     except asyncio.CancelledError:

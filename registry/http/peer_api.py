@@ -40,7 +40,7 @@ from typing import Any
 
 import orjson
 import structlog
-from aiohttp import web
+from aiohttp import hdrs, web
 from orjson import Fragment
 
 from registry import errors
@@ -100,7 +100,11 @@ async def batch(request: web.Request) -> web.Response:
             now_ms = clock.wall_ms()
     if refused:  # one line a batch, however many items it refused
         log.warning("replication_items_refused", refused=refused, of=len(items), first=first)
-    if wire.PEER_HEADER not in request.headers:
+    headers = request.headers
+    ours = (
+        wire.PEER_HEADER in headers or headers.get(hdrs.USER_AGENT) == wire.REPLICATION_USER_AGENT
+    )
+    if not ours:
         # A stock Eureka peer reads each answer strictly: a field it does not know fails the
         # whole batch. It gets Eureka's statusCode (and the copy of a 409) alone.
         answers = [answered if len(answered) == 1 else _eurekas(answered) for answered in answers]

@@ -52,6 +52,30 @@ async def test_a_loop_that_ends_is_not_started_again_and_stop_ends_the_rest():
     assert [] == loops.names
 
 
+async def test_stop_lets_every_loop_finish_its_cleanup():
+    """Each loop is cancelled once: a second cancel would cut short a cleanup that awaits (a
+    store's last write, a stream's close), and stop cancels them all before waiting for any."""
+    loops, cleaned = Loops(FakeClock()), []
+
+    def stopping(name: str, turns: int):
+        async def loop() -> None:
+            try:
+                await asyncio.Event().wait()
+            except asyncio.CancelledError:
+                for _ in range(turns):  # a cleanup still at it when stop waits for it
+                    await asyncio.sleep(0)
+                cleaned.append(name)
+                raise
+
+        return loop
+
+    for name, turns in (("first", 1), ("second", 5), ("third", 10)):
+        loops.start(stopping(name, turns), name=name)
+    await asyncio.sleep(0)
+    await loops.stop()
+    assert ["first", "second", "third"] == cleaned
+
+
 class TestCancelAndWait:
     async def test_the_tasks_own_cancellation_is_swallowed(self):
         """The caller goes on once the task has ended cancelled."""

@@ -186,6 +186,13 @@ class TestItems:
         ] == [(answer["statusCode"], set(answer)) for answer in answers]
         assert "i-1" == answers[0]["responseEntity"]["instanceId"]
 
+    async def test_an_older_node_of_ours_is_known_by_its_user_agent(self, client: TestClient):
+        """Releases before X-Registry-Peer send our User-Agent alone: their answers keep the
+        fields of ours (the error's name and detail)."""
+        older = {**JSON_BODY, "User-Agent": "service-registry-replication"}
+        [answer] = await post_batch(client, [item("Heartbeat", iid="nope")], headers=older)
+        assert (404, "unknown_instance") == (answer["statusCode"], answer["error"])
+
     async def test_a_heartbeat_for_an_unknown_instance_is_404(self, client: TestClient):
         """The sender follows a 404 with the full registration."""
         [answer] = await post_batch(client, [item("Heartbeat", lastDirtyTimestamp=1)])
