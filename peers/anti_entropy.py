@@ -120,7 +120,8 @@ async def anti_entropy_forever(
             except Exception:
                 log.exception("anti_entropy_failed", peer=client.url)
                 continue
-            lifecycle.synced(f"anti-entropy reached {client.url}")
+            if not differing - seen_before:  # level with it: nothing left unrepaired
+                lifecycle.synced(f"anti-entropy reached {client.url}")
             differed[client.url] = differing
             if differing - seen_before:
                 wait = min(wait, settle)

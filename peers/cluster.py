@@ -1,14 +1,17 @@
 """This node's peers: a dispatcher for each, fed by the registry with the commands this node
-received from clients and admins (`on_replicate`), and the list itself, which a reload can
-change while the node runs.
+received from clients and admins (`on_replicate`), and who they are (peers/membership.py): the
+`peers` setting, which a reload can change, and what DNS names (peers/peer_dns.py), both
+followed while the node runs.
 
-A node skips its own URL in the list (contract 11.1): the one `my_url` names, or one whose
-port is ours and whose host is one of this machine's names or addresses.
+A node skips its own URL (contract 11.1): the one `my_url` names, or one whose port is ours and
+whose host is this node's: the address it listens on, or, listening on every address, any
+address of this machine (one it can bind); a name, when it is one of this machine's names.
 """
 
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import socket
 from collections.abc import Iterable
 from typing import Any
@@ -18,6 +21,7 @@ import aiohttp
 import structlog
 
 from peers.dispatcher import Dispatcher
+from peers.membership import DnsLookups, Membership
 from peers.pending import Task
 from peers.transport import PeerClient, new_session
 from registry.common.clock import Clock
@@ -45,7 +49,12 @@ class Cluster(Subscriber):
         self._runs: dict[str, asyncio.Task[None]] = {}
         self._session: aiohttp.ClientSession | None = None
         self._local_names: frozenset[str] = frozenset()
+        self._local_addresses: dict[str, bool] = {}
         self._fanout: tuple[Dispatcher, ...] = ()
+        self.membership = Membership(
+            grace=settings.peer_dns_grace,
+            dns=DnsLookups(settings.peer_dns) if settings.peer_dns else None,
+        )
         # Set when a peer that could not be reached answers again: anti-entropy runs at once.
         self.returned = asyncio.Event()
 
@@ -65,14 +74,33 @@ class Cluster(Subscriber):
             dispatcher.heard_from_a_peer()
 
     def set_peers(self, urls: Iterable[str]) -> None:
-        """Replicate to these peers from now on (our own URL among them is skipped)."""
+        """The `peers` setting: replicate to these (and those DNS names) from now on."""
+        self.membership.static = tuple(urls)
+        self._apply("the peers setting")
+
+    def dns_found(self, urls: Iterable[str]) -> None:
+        """DNS named these peers (our own address among them is skipped)."""
+        found = [url for url in urls if not self.is_self(url)]
+        self.membership.found(found, self._clock.monotonic(), self._clock.wall_ms())
+        if self._apply("dns"):
+            self.returned.set()  # a new peer: compare registries with it now (anti-entropy)
+
+    def dns_failed(self, error: str) -> None:
+        """A lookup failed: the peers stay, the failure is told."""
+        self.membership.failed(error, self._clock.wall_ms())
+
+    def _apply(self, why: str) -> bool:
+        """Start and stop dispatchers to match the membership; whether a peer was added."""
         assert self._session is not None, "start() first"
-        wanted = [url for url in urls if not self.is_self(url)]
+        wanted = [url for url in self.membership.urls() if not self.is_self(url)]
+        now_ms = self._clock.wall_ms()
         for url in list(self.dispatchers):
             if url not in wanted:
                 self._runs.pop(url).cancel()
                 del self.dispatchers[url]
-                log.info("peer_removed", peer=url)
+                self.membership.changed("removed", url, why, now_ms)
+                log.info("peer_removed", peer=url, why=why)
+        added = False
         for url in wanted:
             if url not in self.dispatchers:
                 dispatcher = Dispatcher(
@@ -84,8 +112,11 @@ class Cluster(Subscriber):
                 )
                 self.dispatchers[url] = dispatcher
                 self._runs[url] = asyncio.create_task(dispatcher.run(), name=f"replicate {url}")
-                log.info("peer_added", peer=url)
+                self.membership.changed("added", url, why, now_ms)
+                log.info("peer_added", peer=url, why=why)
+                added = True
         self._fanout = tuple(self.dispatchers.values())
+        return added
 
     def clients(self) -> list[PeerClient]:
         return [dispatcher.peer for dispatcher in self.dispatchers.values()]
@@ -96,7 +127,33 @@ class Cluster(Subscriber):
             return True
         parts = urlsplit(url)
         port = parts.port or (443 if parts.scheme == "https" else 80)
-        return port == self._settings.port and (parts.hostname or "") in self._local_names
+        if port != self._settings.port:
+            return False
+        host = parts.hostname or ""
+        try:
+            address = ipaddress.ip_address(host)
+        except ValueError:
+            return host in self._local_names  # a name
+        bound = self._settings.host
+        if bound in ("", "0.0.0.0", "::"):  # listening on every address this machine has
+            return self._is_local(address)
+        try:
+            return address == ipaddress.ip_address(bound)
+        except ValueError:  # bound by name (localhost): the addresses it resolved to
+            return host in self._local_names
+
+    def _is_local(self, address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
+        """This machine has `address`: a socket can be bound to it (remembered)."""
+        text = str(address)
+        if text not in self._local_addresses:
+            family = socket.AF_INET6 if address.version == 6 else socket.AF_INET
+            with socket.socket(family, socket.SOCK_DGRAM) as probe:
+                try:
+                    probe.bind((text, 0))
+                    self._local_addresses[text] = True
+                except OSError:
+                    self._local_addresses[text] = False
+        return self._local_addresses[text]
 
     def on_replicate(
         self,
@@ -113,6 +170,10 @@ class Cluster(Subscriber):
         task = Task(action, app, instance_id, self._clock.monotonic(), status, last_dirty_ms, at_ms)
         for dispatcher in self._fanout:
             dispatcher.enqueue(task)
+
+    def membership_status(self) -> dict[str, Any]:
+        """Where the peers come from and how they changed, for `GET status` and the page."""
+        return self.membership.status(self._clock.monotonic())
 
     def status(self) -> list[dict[str, Any]]:
         """Each peer's health, for `GET status`."""

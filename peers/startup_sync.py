@@ -4,7 +4,9 @@ and its overrides.
 
 Attempts go to each peer in turn, with growing pauses, for at most `peer_sync_budget` seconds.
 Reads open as soon as one peer's registry has been copied, or when every peer answers that it
-is starting too (a new cluster: there is nothing to copy). If no peer can be reached in the
+is starting too (a new cluster: there is nothing to copy), or when there is no peer at all and
+none can be missing (`peers_unknown`: DNS has not answered yet). The peers are asked for at
+each attempt: one DNS names meanwhile is tried too. If no peer can be reached in the
 budget, reads stay closed (403, saying why) until anti-entropy reaches a peer or
 `peer_sync_empty_window` has passed since start, whichever comes first.
 """
@@ -34,6 +36,7 @@ async def sync_at_start(
     *,
     budget: float,
     empty_window: float,
+    peers_unknown: Callable[[], str] = lambda: "",
 ) -> None:
     """Copy a peer's registry, then serve reads (`lifecycle` SYNCING -> SERVING), or when it
     is no use waiting; ends early when something else (anti-entropy) got there first."""
@@ -41,10 +44,12 @@ async def sync_at_start(
     pause = 0.5
     while lifecycle.phase is Phase.SYNCING:
         clients = peers()
-        if not clients:
-            lifecycle.synced("no peers to copy from")
-            return
         problems: list[str] = []
+        if not clients:
+            if not (unknown := peers_unknown()):
+                lifecycle.synced("no peers to copy from")
+                return
+            problems.append(unknown)
         starting = 0
         for client in clients:
             try:
@@ -64,7 +69,7 @@ async def sync_at_start(
             log.info("peer_sync_done", peer=client.url, instances=copied, removals=len(removed))
             lifecycle.synced(f"copied {copied} instances from {client.url}")
             return
-        if starting == len(clients):
+        if clients and starting == len(clients):
             lifecycle.synced("every peer is starting too (a new cluster): nothing to copy")
             return
         elapsed = clock.monotonic() - started

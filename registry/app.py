@@ -14,6 +14,7 @@ from aiohttp import web
 from peers.anti_entropy import anti_entropy_forever
 from peers.cluster import Cluster
 from peers.digest import Digests
+from peers.peer_dns import PeerDns, follow_dns, refresh
 from peers.startup_sync import sync_at_start
 from registry.appkeys import (
     CACHE,
@@ -226,11 +227,15 @@ async def _stopped(app: web.Application) -> AsyncIterator[None]:
 
 def _peers(reload: Reload | None) -> Callable[[web.Application], AsyncIterator[None]]:
     async def peers(app: web.Application) -> AsyncIterator[None]:
-        """Replication, start-up sync and anti-entropy; SIGHUP reloads the peer list."""
+        """Replication, start-up sync and anti-entropy; peers from DNS, looked up again and
+        again; SIGHUP reloads the peer list."""
         cluster, settings, clock = app[CLUSTER], app[SETTINGS], app[CLOCK]
         registry, lifecycle = app[REGISTRY], app[LIFECYCLE]
+        peer_dns = PeerDns(settings) if settings.peer_dns else None
         try:
             await cluster.start()
+            if peer_dns is not None:  # the first lookup decides whether to sync from peers
+                await refresh(peer_dns, cluster)
         except BaseException:  # a start stopped here: its session is closed again
             await cluster.aclose()
             raise
@@ -252,7 +257,15 @@ def _peers(reload: Reload | None) -> Callable[[web.Application], AsyncIterator[N
             ),
             name="anti_entropy",
         )
-        if cluster.dispatchers and not app[RESTORED]:  # restored state is served at once
+        if peer_dns is not None:
+            loops.start(
+                lambda: follow_dns(peer_dns, cluster, clock, interval=settings.peer_dns_interval),
+                name="peer_dns",
+            )
+        dns = cluster.membership.dns
+        # Peers to copy from, or DNS that has not told yet whether there are any.
+        peers_expected = cluster.dispatchers or (dns is not None and not dns.answered)
+        if peers_expected and not app[RESTORED]:  # restored state is served at once
             lifecycle.move(Phase.SYNCING, "copying the registry from peers")
             loops.start(
                 lambda: sync_at_start(
@@ -262,6 +275,7 @@ def _peers(reload: Reload | None) -> Callable[[web.Application], AsyncIterator[N
                     lifecycle,
                     budget=settings.peer_sync_budget,
                     empty_window=settings.peer_sync_empty_window,
+                    peers_unknown=lambda: _dns_silent(cluster),
                 ),
                 name="peer_sync",
             )
@@ -289,6 +303,14 @@ def _peers(reload: Reload | None) -> Callable[[web.Application], AsyncIterator[N
         await cluster.aclose()
 
     return peers
+
+
+def _dns_silent(cluster: Cluster) -> str:
+    """Why peers may be missing from the list yet: DNS never answered ("" once it has)."""
+    dns = cluster.membership.dns
+    if dns is None or dns.answered:
+        return ""
+    return f"peer_dns has not answered yet ({dns.last_error})"
 
 
 def _store_lost(app: web.Application) -> str:

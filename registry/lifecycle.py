@@ -13,9 +13,10 @@ restored the registry); a start that fails drains from wherever it got to.
 - DRAINING: shutting down: watches and long-polls are ended, what the store is owed is written.
 - STOPPED: done.
 
-Readiness (`/readyz`), `GET status`, the status page, the registry reads and the watch streams
-all read the phase from here. A move the table does not allow raises `InvalidTransition`:
-a phase never goes back.
+A node told to stop may first serve on while it is `leaving` (still SERVING, but not ready:
+registry/serving.py). Readiness (`/readyz`), `GET status`, the status page, the registry reads
+and the watch streams all read the phase from here. A move the table does not allow raises
+`InvalidTransition`: a phase never goes back.
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ class Lifecycle:
     def __init__(self) -> None:
         self.phase = Phase.STARTING
         self.reason = "starting"
+        self.leaving = ""  # why this node, still serving, is no longer ready ("": it is)
         self._on_enter: dict[Phase, list[Callable[[], None]]] = {}
 
     def move(self, to: Phase, reason: str) -> None:
@@ -70,6 +72,11 @@ class Lifecycle:
             for call in self._on_enter.get(to, ()):
                 call()
         self.reason = reason
+
+    def leave(self, reason: str) -> None:
+        """The node is going: still serving, no longer ready."""
+        log.info("leaving", reason=reason)
+        self.leaving = reason
 
     def on_enter(self, phase: Phase, call: Callable[[], None]) -> None:
         """Call `call` when the server enters `phase`."""

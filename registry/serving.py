@@ -1,5 +1,10 @@
 """Running the server process: start, serve until SIGTERM or SIGINT, stop.
 
+On the signal, with `shutdown_delay`, the node first says it is leaving (`/readyz` answers
+503) and serves everything as before for that long: an orchestrator takes a moment after the
+signal to stop routing to it (Kubernetes updates a pod's endpoints only then), and requests
+routed meanwhile are answered, not refused. A second signal ends the delay. Then it drains.
+
 aiohttp's `run_app` leaves a start that fails or is interrupted half done: the cleanup
 contexts already entered (the lifecycle, the store writer) never exit, so the store is left
 open with its writes owed, and its thread finds the event loop closed. Here whatever the start
@@ -30,7 +35,7 @@ from aiohttp.web_protocol import RequestHandler
 from aiohttp.web_request import BaseRequest
 from aiohttp.web_server import Server
 
-from registry.appkeys import CONNECTIONS, SETTINGS
+from registry.appkeys import CONNECTIONS, LIFECYCLE, SETTINGS
 from registry.http.connections import Connections, raise_file_limit
 from registry.http.ratelimit import client_key
 
@@ -83,10 +88,22 @@ async def serve(
             return
         start.result()  # a start that failed raises here
         await stopping.wait()
+        await _leave(app, stopping)
     finally:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(sig)  # a second signal ends the process at once
         await runner.cleanup()  # the contexts entered so far exit, the last entered first
+
+
+async def _leave(app: web.Application, stopping: asyncio.Event) -> None:
+    """Serve on, not ready, for `shutdown_delay` (or until a second signal)."""
+    delay = app[SETTINGS].shutdown_delay
+    if delay <= 0:
+        return
+    app[LIFECYCLE].leave(f"shutting down: serving for {delay:g} s more while routes move away")
+    stopping.clear()
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(stopping.wait(), delay)
 
 
 async def _start(runner: web.AppRunner, host: str, port: int, backlog: int) -> None:

@@ -78,6 +78,16 @@ class Settings:
     # Peers: other nodes' base URLs (http://10.0.0.2:8761/eureka/); this node skips itself
     peers: tuple[str, ...] = ()
     my_url: str = ""  # this node's own URL, when peers name it in a way it cannot recognise
+    # Peers from DNS (peers/peer_dns.py): every address this name has is a peer at
+    # http://ADDRESS:{peer_dns_port}{peer_dns_path}, or each target and port of its SRV records;
+    # looked up at start and every peer_dns_interval, beside the `peers` above.
+    peer_dns: str = ""
+    peer_dns_port: int = 8761
+    peer_dns_path: str = "/eureka/"
+    peer_dns_interval: float = 15 * SECONDS
+    # A peer gone from DNS is dropped this long after it was last seen (a restart keeps it)
+    peer_dns_grace: float = 60 * SECONDS
+    peer_dns_nameservers: tuple[str, ...] = ()  # host:port each; none: the system's
     replication_batch_size: int = 250  # items a batch carries, up to MAX_BATCH_ITEMS
     replication_batch_delay: float = 0.5 * SECONDS  # how long a heartbeat waits to coalesce
     # How long any other change waits: long enough to gather a burst made in one go; under
@@ -99,6 +109,9 @@ class Settings:
     # A copy with the same lastDirtyTimestamp as a removal wins over it only when it was
     # renewed this much later: more than the nodes' clocks may differ (NTP: milliseconds).
     removal_margin: float = 10 * SECONDS
+    # After SIGTERM, /readyz answers 503 but everything is served this long, so that load
+    # balancers stop sending first (Kubernetes: endpoints are updated after the signal)
+    shutdown_delay: float = 0 * SECONDS
     # Persistence: the registry and overrides in SQLite, so a restart loses nothing
     store: bool = True
     data_dir: str = "data"  # the database is data_dir/registry.db
@@ -159,6 +172,7 @@ class Settings:
             "override_history_retention",
             "max_clock_skew",
             "request_head_timeout",
+            "peer_dns_interval",
         ):
             if getattr(self, key) <= 0:
                 raise SettingsError(f"{key}: must be positive, not {getattr(self, key)}")
@@ -179,6 +193,8 @@ class Settings:
             "max_instances_per_application",
             "max_instances_per_credential",
             "memory_watermark_mb",
+            "peer_dns_grace",
+            "shutdown_delay",
         ):
             if getattr(self, key) < 0:
                 raise SettingsError(f"{key}: must not be negative")
@@ -196,6 +212,7 @@ class Settings:
                 parts = urlsplit(url)  # shown without a user or password it may carry
                 shown = parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl()
                 raise SettingsError(f"peers: {shown!r} {problem}")
+        self._check_peer_dns()
         if self.fetch_rate_limit < 0:
             raise SettingsError("fetch_rate_limit: must not be negative (0 turns it off)")
         if self.fetch_burst < 1:
@@ -206,6 +223,21 @@ class Settings:
             raise SettingsError(f"log_format: {self.log_format!r} is not one of {LOG_FORMATS}")
         if self.log_level not in LOG_LEVELS:
             raise SettingsError(f"log_level: {self.log_level!r} is not one of {LOG_LEVELS}")
+
+    def _check_peer_dns(self) -> None:
+        if self.peer_dns and not _is_dns_name(self.peer_dns):
+            raise SettingsError(f"peer_dns: {self.peer_dns!r} is not a DNS name")
+        if not 0 < self.peer_dns_port < 65536:
+            raise SettingsError(f"peer_dns_port: {self.peer_dns_port} is not a TCP port")
+        if not self.peer_dns_path.startswith("/") or "?" in self.peer_dns_path:
+            raise SettingsError(
+                f"peer_dns_path: {self.peer_dns_path!r} must be a path starting with /"
+            )
+        for server in self.peer_dns_nameservers:
+            try:
+                nameserver(server)
+            except ValueError as exc:
+                raise SettingsError(f"peer_dns_nameservers: {exc}") from None
 
     @property
     def secured(self) -> bool:
@@ -232,7 +264,7 @@ class Settings:
         for token in self.admin_tokens:
             if not token or any(c.isspace() for c in token):
                 raise SettingsError("admin_tokens: a token must be non-empty, without spaces")
-        if self.secured and self.peers and not self.peer_credential:
+        if self.secured and (self.peers or self.peer_dns) and not self.peer_credential:
             raise SettingsError(
                 "peer_credential: needed to replicate to peers once credentials are configured"
             )
@@ -251,7 +283,7 @@ class Settings:
             missing.append("client_credentials")
         if not (self.admin_credentials or self.admin_tokens):
             missing.append("admin_credentials (or admin_tokens)")
-        if self.peers and not self.peer_credential:
+        if (self.peers or self.peer_dns) and not self.peer_credential:
             missing.append("peer_credential")
         return missing
 
@@ -320,6 +352,34 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False  # a name that may resolve anywhere
+
+
+def _is_dns_name(name: str) -> bool:
+    labels = name.rstrip(".").split(".")
+    return len(name) <= 253 and all(
+        0 < len(label) <= 63 and all(c.isalnum() or c in "-_" for c in label) for label in labels
+    )
+
+
+def nameserver(text: str) -> tuple[str, int]:
+    """`host:port` (`[::1]:5353` for IPv6; port 53 when left out) read as (address, port)."""
+    address, port = text, "53"
+    if text.startswith("["):
+        address, _, rest = text[1:].partition("]")
+        if rest:
+            if not rest.startswith(":"):
+                raise ValueError(f"{text!r} is not host:port")
+            port = rest[1:]
+    elif text.count(":") == 1:
+        address, port = text.split(":")
+    try:
+        ipaddress.ip_address(address)
+        number = int(port)
+    except ValueError:
+        raise ValueError(f"{text!r} is not an address:port (a name server by address)") from None
+    if not 0 < number < 65536:
+        raise ValueError(f"{text!r} has an invalid port")
+    return address, number
 
 
 def _check_basic(key: str, credential: str) -> None:

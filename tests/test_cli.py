@@ -10,7 +10,7 @@ import aiohttp
 import pytest
 
 from registry.store import schema
-from tests.helpers import free_port
+from tests.helpers import JSON, eventually, free_port, instance_doc
 from tests.processes import run
 
 pytestmark = pytest.mark.slow
@@ -49,6 +49,29 @@ async def test_serves_then_stops_on_a_signal(sig, servers):
         "phase_entered STOPPED",
         "server_stopped",
     ] == events
+
+
+async def test_a_shutdown_delay_serves_on_not_ready_until_it_ends(servers):
+    """After SIGTERM with `shutdown_delay`, /readyz answers 503 (shutting down) while reads
+    and registrations are still answered; a second signal ends the delay, and the node drains
+    and exits 0 (long before the 60 s the delay would take)."""
+    server = await servers.start(shutdown_delay=60, store="false")
+    server.send_signal(signal.SIGTERM)
+    async with aiohttp.ClientSession() as session:
+
+        async def readiness() -> tuple[int, dict]:
+            async with session.get(f"{server.base}/readyz") as response:
+                return response.status, await response.json()
+
+        _, body = await eventually(readiness, lambda r: r[0] == 503, what="not ready")
+        assert ["shutting down: serving for 60 s more while routes move away"] == body["reasons"]
+        async with session.post(
+            f"{server.eureka}apps/LATE", json={"instance": instance_doc("LATE", "h1")}
+        ) as response:
+            assert 204 == response.status
+        async with session.get(f"{server.eureka}apps/LATE", headers=JSON) as response:
+            assert 200 == response.status
+    assert 0 == await server.stop(signal.SIGTERM, timeout=10)
 
 
 async def test_bad_settings_stop_start_up_naming_the_key():

@@ -168,10 +168,25 @@ def _peers(app: web.Application) -> Iterator[Metric]:
             "registry_replication_failed", "Items a peer refused", labels=["peer"]
         ),
     }
-    for peer in app[CLUSTER].status():
+    cluster = app[CLUSTER]
+    for peer in cluster.status():
         for key, family in families.items():
             family.add_metric([peer["url"]], peer[key])
     yield from families.values()
+    yield _gauge("registry_peers", "Peers this node replicates to", len(cluster.dispatchers))
+    dns = cluster.membership.dns
+    if dns is not None:
+        lookups = CounterMetricFamily(
+            "registry_peer_dns_lookups", "Lookups of peer_dns", labels=["result"]
+        )
+        lookups.add_metric(["ok"], dns.lookups - dns.failures)
+        lookups.add_metric(["failed"], dns.failures)
+        yield lookups
+        yield _gauge(
+            "registry_peer_dns_failing",
+            "1 while lookups of peer_dns fail (the last peers are kept)",
+            int(dns.failing_since_ms is not None),
+        )
 
 
 def _loop_lag(app: web.Application) -> Iterator[Metric]:

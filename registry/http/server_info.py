@@ -64,11 +64,12 @@ async def status(request: web.Request) -> web.Response:
 
 
 def node_health(app: web.Application) -> dict[str, Any]:
-    """Each peer's health, self-preservation's verdict and the store's state: the part of
-    `GET status` the status page shows too."""
+    """Each peer's health, where the peers come from, self-preservation's verdict and the
+    store's state: the part of `GET status` the status page shows too."""
     registry = app[REGISTRY]
     return {
         "peers": app[CLUSTER].status(),
+        "membership": app[CLUSTER].membership_status(),
         # Why eviction runs or is held, with every input of the decision (contract 8).
         "selfPreservation": app[PRESERVATION].status(len(registry), app[CLOCK].monotonic()),
         "store": _store_status(app),
@@ -81,12 +82,14 @@ async def healthz(request: web.Request) -> web.Response:
 
 
 async def readyz(request: web.Request) -> web.Response:
-    """GET /readyz: 200 when this node is SERVING and its store writes, else 503 with every
-    reason, for load balancers and orchestrators to route by."""
+    """GET /readyz: 200 when this node is SERVING, not leaving, and its store writes, else
+    503 with every reason, for load balancers and orchestrators to route by."""
     reasons = []
     lifecycle = request.app[LIFECYCLE]
     if lifecycle.phase is not Phase.SERVING:
         reasons.append(f"{lifecycle.phase.value}: {lifecycle.reason}")
+    elif lifecycle.leaving:
+        reasons.append(lifecycle.leaving)
     writer = request.app[WRITER]
     if writer is not None and writer.degraded:
         reasons.append(f"store degraded: {writer.last_error}")
@@ -140,8 +143,11 @@ def _xml(info: dict[str, Any]) -> bytes:
 def _xml_fields(values: dict[str, Any]) -> str:
     parts = []
     for key, value in values.items():
-        if isinstance(value, list):  # a list of peers: one <peer> element each
-            inner = "".join(f"<peer>{_xml_fields(v)}</peer>" for v in value)
+        if isinstance(value, list):  # a list of peers (or URLs): one <peer> element each
+            inner = "".join(
+                f"<peer>{_xml_fields(v) if isinstance(v, dict) else xml_escape(str(v))}</peer>"
+                for v in value
+            )
         elif isinstance(value, dict):
             inner = _xml_fields(value)
         elif isinstance(value, bool):

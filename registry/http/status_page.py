@@ -189,7 +189,11 @@ def _summary(app: web.Application, now_ms: int) -> str:
         _preservation(health["selfPreservation"]),
         _store(health["store"]),
     ]
-    return f'<div class="cards">{"".join(cards)}</div>{_peers(health["peers"])}'
+    membership = health["membership"]
+    if membership["dns"] is not None:
+        cards.append(_peer_dns(membership["dns"], len(health["peers"])))
+    peers = _peers(health["peers"]) + _changes(membership["changes"])
+    return f'<div class="cards">{"".join(cards)}</div>{peers}'
 
 
 def _count(n: int, noun: str) -> str:
@@ -229,6 +233,33 @@ def _store(store: dict[str, Any]) -> str:
         aside = escape(store["corrupt-moved-aside"]["path"])
         return _card("Store", "warn", "started empty", f"a corrupt database is kept at {aside}")
     return _card("Store", "ok", "writing", f"{escape(store['path'])} · {store['pending']} pending")
+
+
+def _peer_dns(dns: dict[str, Any], peers: int) -> str:
+    name = escape(dns["name"])
+    if dns["failingSince"] is not None:
+        detail = f"{name}: failing since {_time(dns['failingSince'])}, {escape(dns['lastError'])}"
+        return _card(
+            "Peers from DNS", "warn", f"lookups fail: keeping {_count(peers, 'peer')}", detail
+        )
+    found = len(dns["found"])
+    detail = f"{name} · last answer {_time(dns['lastSuccessTimestamp'] or 0)}"
+    return _card("Peers from DNS", "ok", f"{_count(found, 'peer')} named", detail)
+
+
+def _changes(changes: list[dict[str, Any]]) -> str:
+    """The latest membership changes, newest first."""
+    if not changes:
+        return ""
+    rows = "".join(
+        f"<tr><td>{_time(c['timestamp'])}</td><td>{c['change']}</td>"
+        f"<td>{escape(c['peer'])}</td><td>{escape(c['why'])}</td></tr>"
+        for c in changes[:10]
+    )
+    return (
+        '<table class="peers"><thead><tr><th>When</th><th>Peer change</th><th>Peer</th>'
+        f"<th>Why</th></tr></thead><tbody>{rows}</tbody></table>"
+    )
 
 
 def _peers(peers: list[dict[str, Any]]) -> str:

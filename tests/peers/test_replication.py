@@ -276,6 +276,35 @@ class TestUnreachablePeer:
 
 
 class TestAntiEntropy:
+    async def test_a_syncing_node_opens_reads_only_when_level_with_its_peer(
+        self, aiohttp_server: AiohttpServer, aiohttp_client: AiohttpClient, clock: FakeClock
+    ):
+        """A starts while its only peer is down, so its reads stay closed; a registration
+        waits in its queue for the peer. The peer returns holding an instance of its own: the
+        batch that finds it back starts an anti-entropy round, which only looks. Reads open
+        once a round (or the start-up sync) has copied what differed, never before."""
+        port = free_port()
+        settings = dataclasses.replace(
+            absent_peer(port), peer_sync_budget=60, peer_sync_empty_window=60
+        )
+        a = await aiohttp_client(create_app(settings, clock=clock))
+        await register(a, iid="on-a")
+        for _ in range(20):  # the start-up sync's pauses grow to 5 s meanwhile
+            await clock.advance(1)
+            await asyncio.sleep(0.01)
+        assert not a.app[LIFECYCLE].serves_reads  # type: ignore[index]
+        b = await aiohttp_server(create_app(Settings(store=False), clock=clock), port=port)
+        await register_on(b)
+        for _ in range(100):
+            await clock.advance(0.1)
+            await asyncio.sleep(0.01)
+            if a.app[LIFECYCLE].serves_reads:  # type: ignore[index]
+                break
+        else:
+            raise AssertionError("reads still closed 10 s after the peer returned")
+        assert has(a, "only-on-b")
+        assert dispatcher(a).stats.reachable
+
     async def test_what_replication_missed_is_pulled(
         self, node: TestClient, peer: TestServer, clock: FakeClock
     ):

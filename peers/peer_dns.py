@@ -1,0 +1,125 @@
+"""Peers from DNS (`peer_dns`): the name looked up at start and every `peer_dns_interval`.
+
+A name with SRV records (`_http._tcp.registry.ns.svc.cluster.local`, or a headless Service's
+own name) gives each target at its port; any other name, each of its addresses at
+`peer_dns_port`: IPv4 when it has any, else IPv6 (a dual-stack pod must not be two peers).
+Peers are named by address, `http://10.0.0.5:8761/eureka/`, so a node knows itself by its own
+addresses (peers/cluster.py), never by comparing host names.
+
+Lookups go through dnspython's asyncio resolver: pure Python (nothing to compile in the image),
+SRV and AAAA as well as A, the system's resolv.conf (search domains and all, as a pod's DNS
+needs) or explicit `peer_dns_nameservers` with their ports. Its cache is off: a peer's new
+address should be seen at the next lookup.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+
+import dns.asyncresolver
+import dns.exception
+import dns.nameserver
+import dns.resolver
+import structlog
+
+from peers.cluster import Cluster
+from registry.common.clock import Clock
+from registry.settings import Settings, nameserver
+
+log = structlog.get_logger()
+
+ATTEMPT_TIMEOUT = 1.0  # seconds one name server has to answer one query
+LOOKUP_TIMEOUT = 5.0  # seconds a whole lookup may take (every server, every query), at most
+
+
+class LookupFailed(Exception):
+    """DNS did not answer, or said the name does not exist."""
+
+
+class PeerDns:
+    def __init__(self, settings: Settings) -> None:
+        self._settings = settings
+        self._resolver: dns.asyncresolver.Resolver | None = None
+        self._setup_error = ""
+
+    async def lookup(self) -> list[str]:
+        """The peers' URLs the name gives now; LookupFailed when it cannot be told."""
+        resolver = await self._get_resolver()
+        name = self._settings.peer_dns
+        try:
+            srv = await resolver.resolve(name, "SRV", search=True, raise_on_no_answer=False)
+            if srv.rrset is not None:
+                targets = [(r.target.to_text(omit_final_dot=True), r.port) for r in srv]
+                return sorted(
+                    {
+                        self._url(address, port)
+                        for target, port in targets
+                        for address in await self._addresses(resolver, target)
+                    }
+                )
+            port = self._settings.peer_dns_port
+            return sorted(self._url(a, port) for a in await self._addresses(resolver, name))
+        except dns.resolver.NXDOMAIN:
+            raise LookupFailed(f"{name} does not exist (NXDOMAIN)") from None
+        except (dns.exception.DNSException, OSError) as exc:
+            raise LookupFailed(f"{name}: {exc or type(exc).__name__}") from None
+
+    async def _get_resolver(self) -> dns.asyncresolver.Resolver:
+        if self._resolver is None:
+            try:
+                self._resolver = await asyncio.to_thread(self._make_resolver)
+            except dns.exception.DNSException as exc:  # no resolv.conf, or one without servers
+                raise LookupFailed(f"no name servers to ask: {exc}") from None
+        return self._resolver
+
+    def _make_resolver(self) -> dns.asyncresolver.Resolver:
+        """(Blocking: reads resolv.conf when no name servers are set.)"""
+        servers = self._settings.peer_dns_nameservers
+        resolver = dns.asyncresolver.Resolver(configure=not servers)
+        if servers:
+            resolver.nameservers = [
+                dns.nameserver.Do53Nameserver(*nameserver(server)) for server in servers
+            ]
+        resolver.cache = None
+        resolver.timeout = ATTEMPT_TIMEOUT
+        resolver.lifetime = min(LOOKUP_TIMEOUT, self._settings.peer_dns_interval)
+        return resolver
+
+    @staticmethod
+    async def _addresses(resolver: dns.asyncresolver.Resolver, name: str) -> list[str]:
+        for kind in ("A", "AAAA"):
+            answer = await resolver.resolve(name, kind, search=True, raise_on_no_answer=False)
+            if answer.rrset is not None:
+                return [r.to_text() for r in answer]
+        return []
+
+    def _url(self, address: str, port: int) -> str:
+        host = f"[{address}]" if ipaddress.ip_address(address).version == 6 else address
+        return f"http://{host}:{port}{self._settings.peer_dns_path}"
+
+
+async def refresh(peer_dns: PeerDns, cluster: Cluster) -> None:
+    """Look the name up once and apply what it gave (or keep the peers, saying why)."""
+    dns_state = cluster.membership.dns
+    assert dns_state is not None
+    try:
+        urls = await peer_dns.lookup()
+    except LookupFailed as exc:
+        first = dns_state.failing_since_ms is None
+        cluster.dns_failed(str(exc))
+        # Said once when the failures begin, then at debug: a long outage is not a log flood.
+        (log.warning if first else log.debug)(
+            "peer_dns_failed", detail=str(exc), keeping=len(cluster.dispatchers)
+        )
+        return
+    if dns_state.failing_since_ms is not None:
+        log.info("peer_dns_answers_again", name=dns_state.name, found=len(urls))
+    cluster.dns_found(urls)
+
+
+async def follow_dns(peer_dns: PeerDns, cluster: Cluster, clock: Clock, *, interval: float) -> None:
+    """Look the name up every `interval` seconds, until cancelled."""
+    while True:
+        await clock.sleep(interval)
+        await refresh(peer_dns, cluster)

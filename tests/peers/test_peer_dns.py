@@ -1,0 +1,193 @@
+"""Peers from DNS in one process: lookups against a DNS server on loopback (A, AAAA, SRV, a
+name that does not exist, a server that does not answer), the membership's grace, and a node
+that finds itself among the addresses and skips it."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+
+from peers.cluster import Cluster
+from peers.membership import DnsLookups, Membership
+from peers.peer_dns import LookupFailed, PeerDns, refresh
+from registry import FakeClock, Settings
+from registry.core.registry import Registry
+from registry.settings import SettingsError
+from tests.dns_server import StubDns
+
+NAME = "registry-peers.test"
+
+
+@pytest.fixture
+async def stub() -> AsyncIterator[StubDns]:
+    server = await StubDns().start()
+    yield server
+    server.close()
+
+
+def dns_settings(stub: StubDns, **more: object) -> Settings:
+    values: dict[str, object] = {
+        "peer_dns": NAME,
+        "peer_dns_nameservers": [stub.server],
+        "peer_dns_interval": 0.5,  # a lookup gives up after this long (at most 5 s)
+        **more,
+    }
+    return Settings.load(None, {}, **values)
+
+
+class TestLookup:
+    async def test_each_address_is_a_peer_at_the_port_and_path(self, stub: StubDns):
+        stub.set(NAME, ["10.0.0.7", "10.0.0.5"])
+        urls = await PeerDns(dns_settings(stub, peer_dns_port=9000, peer_dns_path="/r/")).lookup()
+        assert ["http://10.0.0.5:9000/r/", "http://10.0.0.7:9000/r/"] == urls
+
+    async def test_ipv6_only_when_the_name_has_no_ipv4(self, stub: StubDns):
+        """A dual-stack peer is one peer, by its IPv4 address; an IPv6-only one, bracketed."""
+        stub.set(NAME, ["10.0.0.5", "fd00::5"])
+        assert ["http://10.0.0.5:8761/eureka/"] == await PeerDns(dns_settings(stub)).lookup()
+        stub.set(NAME, ["fd00::5"])
+        assert ["http://[fd00::5]:8761/eureka/"] == await PeerDns(dns_settings(stub)).lookup()
+
+    async def test_srv_records_give_targets_and_ports(self, stub: StubDns):
+        stub.set_srv(NAME, [("a.test", 8001), ("b.test", 8002)])
+        stub.set("a.test", ["10.0.0.1"])
+        stub.set("b.test", ["10.0.0.2"])
+        urls = await PeerDns(dns_settings(stub, peer_dns_port=1)).lookup()
+        assert ["http://10.0.0.1:8001/eureka/", "http://10.0.0.2:8002/eureka/"] == urls
+
+    async def test_a_name_without_addresses_names_no_peer(self, stub: StubDns):
+        """The name exists, with no address (every other node gone): no peers, no failure."""
+        stub.set(NAME, [])
+        assert [] == await PeerDns(dns_settings(stub)).lookup()
+
+    async def test_a_name_that_does_not_exist_fails(self, stub: StubDns):
+        """NXDOMAIN is a failure (a misspelt name must not look like an empty cluster)."""
+        with pytest.raises(LookupFailed, match="does not exist"):
+            await PeerDns(dns_settings(stub)).lookup()
+
+    async def test_a_server_that_does_not_answer_fails_in_time(self, stub: StubDns):
+        stub.set(NAME, ["10.0.0.5"])
+        stub.answering = False
+        with pytest.raises(LookupFailed, match=NAME):
+            await PeerDns(dns_settings(stub, peer_dns_interval=0.2)).lookup()
+        assert stub.queries >= 1
+
+
+class TestSettings:
+    @pytest.mark.parametrize(
+        ("values", "message"),
+        [
+            ({"peer_dns": "not a name"}, "peer_dns: 'not a name' is not a DNS name"),
+            ({"peer_dns_nameservers": ["dns.example:53"]}, "not an address:port"),
+            ({"peer_dns_nameservers": ["127.0.0.1:0"]}, "invalid port"),
+            ({"peer_dns_path": "eureka/"}, "must be a path"),
+            ({"peer_dns_interval": 0}, "must be positive"),
+            ({"peer_dns": "peers.test", "client_credentials": ["c:p"]}, "peer_credential"),
+        ],
+    )
+    def test_bad_values_stop_start_up(self, values: dict[str, object], message: str):
+        with pytest.raises(SettingsError, match=message):
+            Settings.load(None, {}, **values)
+
+    def test_from_the_environment(self):
+        settings = Settings.load(
+            None,
+            {
+                "REGISTRY_PEER_DNS": "registry-peers.default.svc.cluster.local",
+                "REGISTRY_PEER_DNS_NAMESERVERS": "127.0.0.1:5353,[::1]:5353",
+                "REGISTRY_PEER_DNS_INTERVAL": "5",
+            },
+        )
+        assert ("127.0.0.1:5353", "[::1]:5353") == settings.peer_dns_nameservers
+        assert 5.0 == settings.peer_dns_interval
+
+
+class TestMembership:
+    def test_a_peer_gone_from_dns_stays_for_the_grace(self):
+        membership = Membership(grace=60, dns=DnsLookups(NAME))
+        membership.found(["http://a/", "http://b/"], now=0, wall_ms=0)
+        membership.found(["http://a/"], now=30, wall_ms=0)
+        assert ["http://a/", "http://b/"] == membership.urls()
+        assert {"http://b/": 30.0} == membership.leaving(now=30)
+        membership.found(["http://a/"], now=61, wall_ms=0)
+        assert ["http://a/"] == membership.urls()
+
+    def test_a_failed_lookup_keeps_every_peer_however_long(self):
+        membership = Membership(grace=1, dns=DnsLookups(NAME))
+        membership.found(["http://a/"], now=0, wall_ms=1_000)
+        membership.failed("timed out", wall_ms=2_000)
+        membership.failed("timed out", wall_ms=3_000)
+        assert ["http://a/"] == membership.urls()
+        dns = membership.status(now=100)["dns"]
+        assert (2_000, 2, "timed out", 1_000) == (
+            dns["failingSince"],
+            dns["failures"],
+            dns["lastError"],
+            dns["lastSuccessTimestamp"],
+        )
+        membership.found(["http://a/"], now=101, wall_ms=4_000)
+        assert membership.status(now=101)["dns"]["failingSince"] is None
+
+    def test_static_peers_come_first_and_are_never_leaving(self):
+        membership = Membership(grace=1, static=("http://s/",), dns=DnsLookups(NAME))
+        membership.found(["http://s/", "http://d/"], now=0, wall_ms=0)
+        membership.found([], now=0.5, wall_ms=0)
+        assert ["http://s/", "http://d/"] == membership.urls()
+        assert {"http://d/": 0.5} == membership.leaving(now=0.5)
+
+
+class TestCluster:
+    async def test_a_node_skips_its_own_address(self, stub: StubDns):
+        """Bound to 127.0.0.2, the node is the peer DNS names at 127.0.0.2, whatever the
+        host names; the others are peers, and the change is remembered."""
+        stub.set(NAME, ["127.0.0.2", "127.0.0.3", "127.0.0.4"])
+        settings = dns_settings(stub, host="127.0.0.2")
+        clock = FakeClock()
+        cluster = Cluster(Registry(), clock, settings)
+        await cluster.start()
+        try:
+            await refresh(PeerDns(settings), cluster)
+            assert ["http://127.0.0.3:8761/eureka/", "http://127.0.0.4:8761/eureka/"] == list(
+                cluster.dispatchers
+            )
+            changes = cluster.membership_status()["changes"]
+            assert [("added", "dns")] * 2 == [(c["change"], c["why"]) for c in changes]
+            stub.set(NAME, ["127.0.0.2", "127.0.0.3"])
+            await clock.advance(settings.peer_dns_grace + 1)
+            await refresh(PeerDns(settings), cluster)
+            assert ["http://127.0.0.3:8761/eureka/"] == list(cluster.dispatchers)
+            assert ("removed", "http://127.0.0.4:8761/eureka/") == (
+                cluster.membership_status()["changes"][0]["change"],
+                cluster.membership_status()["changes"][0]["peer"],
+            )
+        finally:
+            await cluster.aclose()
+
+    async def test_a_failed_lookup_keeps_the_peers(self, stub: StubDns):
+        stub.set(NAME, ["127.0.0.3"])
+        settings = dns_settings(stub, host="127.0.0.2", peer_dns_interval=0.2)
+        cluster = Cluster(Registry(), FakeClock(), settings)
+        await cluster.start()
+        try:
+            await refresh(PeerDns(settings), cluster)
+            stub.answering = False
+            await refresh(PeerDns(settings), cluster)
+            assert ["http://127.0.0.3:8761/eureka/"] == list(cluster.dispatchers)
+            assert cluster.membership_status()["dns"]["failingSince"] is not None
+        finally:
+            await cluster.aclose()
+
+    @pytest.mark.parametrize(
+        ("host", "url", "is_self"),
+        [
+            ("0.0.0.0", "http://127.0.0.9:8761/eureka/", True),  # every address: a local one
+            ("0.0.0.0", "http://192.0.2.1:8761/eureka/", False),  # TEST-NET: no machine's
+            ("127.0.0.2", "http://127.0.0.3:8761/eureka/", False),  # loopback, but not ours
+            ("127.0.0.2", "http://127.0.0.2:8761/eureka/", True),
+            ("127.0.0.2", "http://127.0.0.2:8762/eureka/", False),
+        ],
+    )
+    def test_a_node_knows_its_addresses(self, host: str, url: str, is_self: bool):
+        settings = Settings(host=host, insecure_public_bind=True)
+        assert is_self == Cluster(Registry(), FakeClock(), settings).is_self(url)
