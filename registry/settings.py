@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import ipaddress
+import re
 import tomllib
 import typing
 from collections.abc import Mapping
@@ -24,6 +25,11 @@ LOG_FORMATS = ("auto", "json", "console")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 MAX_BATCH_ITEMS = 1000  # a peer's batch holds at most this many items (Eureka's peers send 250)
 SECRETS = frozenset({"client_credentials", "admin_credentials", "admin_tokens", "peer_credential"})
+
+
+# What Kubernetes puts in a pod's environment for a Service named `registry` (service links)
+_SERVICE_LINK = re.compile(r"REGISTRY_(SERVICE_(HOST|PORT)|PORT_\d+_(TCP|UDP|SCTP))")
+_SERVICE_LINK_VALUE = re.compile(r"(tcp|udp|sctp)://", re.IGNORECASE)
 
 
 class SettingsError(ValueError):
@@ -300,6 +306,12 @@ class Settings:
             values.update(_read_toml(toml_path))
         for key, raw in (environ or {}).items():
             if key.startswith(ENV_PREFIX):
+                if _SERVICE_LINK.match(key) or _SERVICE_LINK_VALUE.match(raw):
+                    raise SettingsError(
+                        f"{key}: a variable Kubernetes sets for a Service named 'registry' (a "
+                        "service link), not a setting: set enableServiceLinks: false in the "
+                        "pod's spec, as deploy/kubernetes/statefulset.yaml does"
+                    )
                 name = key.removeprefix(ENV_PREFIX).lower()
                 values[name] = _from_text(name, raw)
         values.update({k: v for k, v in overrides.items() if v is not None})

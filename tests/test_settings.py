@@ -134,3 +134,19 @@ def test_credentials_come_from_the_environment_as_lists():
 def test_peers_are_one_each_with_or_without_the_trailing_slash():
     settings = Settings.load(None, {}, peers="http://a:8761/eureka, http://a:8761/eureka/")
     assert ("http://a:8761/eureka/",) == settings.peers
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("REGISTRY_PORT", "tcp://10.96.0.12:8761"),
+        ("REGISTRY_SERVICE_HOST", "10.96.0.12"),
+        ("REGISTRY_SERVICE_PORT_HTTP", "8761"),
+        ("REGISTRY_PORT_8761_TCP_ADDR", "10.96.0.12"),
+    ],
+)
+def test_kubernetes_service_links_are_named_for_what_they_are(key: str, value: str):
+    """A Service named `registry` puts REGISTRY_* variables in every pod of its namespace: the
+    refusal says so, and how to turn them off, rather than call them unknown settings."""
+    with pytest.raises(SettingsError, match=f"{key}: .*enableServiceLinks: false"):
+        Settings.load(None, {key: value})
