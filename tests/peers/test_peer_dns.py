@@ -11,10 +11,12 @@ import pytest
 from peers.cluster import Cluster
 from peers.membership import DnsLookups, Membership
 from peers.peer_dns import LookupFailed, PeerDns, refresh
-from registry import FakeClock, Settings
+from registry import FakeClock, Settings, create_app
 from registry.core.registry import Registry
 from registry.settings import SettingsError
 from tests.dns_server import StubDns
+from tests.helpers import fetch_json
+from tests.peers.apps import AiohttpClient
 
 NAME = "registry-peers.test"
 
@@ -191,3 +193,35 @@ class TestCluster:
     def test_a_node_knows_its_addresses(self, host: str, url: str, is_self: bool):
         settings = Settings(host=host, insecure_public_bind=True)
         assert is_self == Cluster(Registry(), FakeClock(), settings).is_self(url)
+
+
+class TestShown:
+    async def test_membership_in_status_the_page_and_metrics(
+        self, stub: StubDns, aiohttp_client: AiohttpClient
+    ):
+        """GET status (JSON and XML) and the status page say what DNS named and which peers
+        came of it; /metrics counts the lookups."""
+        stub.set(NAME, ["127.0.0.5"])  # on loopback, where nothing listens
+        settings = dns_settings(stub, store=False, peer_dns_interval=60, peer_sync_budget=1)
+        client = await aiohttp_client(create_app(settings))
+        status = await fetch_json(client, "/eureka/status")
+        dns = status["membership"]["dns"]
+        assert (NAME, ["http://127.0.0.5:8761/eureka/"], None) == (
+            dns["name"],
+            dns["found"],
+            dns["failingSince"],
+        )
+        [change] = status["membership"]["changes"]
+        assert ("added", "http://127.0.0.5:8761/eureka/", "dns") == (
+            change["change"],
+            change["peer"],
+            change["why"],
+        )
+        xml = await (await client.get("/eureka/status")).text()
+        assert "<found><peer>http://127.0.0.5:8761/eureka/</peer></found>" in xml
+        page = await (await client.get("/")).text()
+        assert "Peers from DNS" in page and "1 peer named" in page
+        assert "<td>added</td><td>http://127.0.0.5:8761/eureka/</td><td>dns</td>" in page
+        metrics = await (await client.get("/metrics")).text()
+        assert 'registry_peer_dns_lookups_total{result="ok"} 1.0' in metrics
+        assert "registry_peers 1.0" in metrics
