@@ -172,8 +172,15 @@ class Cluster(Subscriber):
             dispatcher.enqueue(task)
 
     def membership_status(self) -> dict[str, Any]:
-        """Where the peers come from and how they changed, for `GET status` and the page."""
-        return self.membership.status(self._clock.monotonic())
+        """Who this node is, where its peers come from and how they changed, for `GET status`
+        and the page."""
+        settings = self._settings
+        me = {
+            "hostname": socket.gethostname(),  # a pod's name, on Kubernetes
+            "listening": f"{settings.host}:{settings.port}",
+            "myUrl": settings.my_url,
+        }
+        return {"self": me, **self.membership.status(self._clock.monotonic())}
 
     def status(self) -> list[dict[str, Any]]:
         """Each peer's health, for `GET status`."""

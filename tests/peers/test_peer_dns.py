@@ -211,6 +211,7 @@ class TestShown:
             dns["found"],
             dns["failingSince"],
         )
+        assert "127.0.0.1:" in status["membership"]["self"]["listening"]
         [change] = status["membership"]["changes"]
         assert ("added", "http://127.0.0.5:8761/eureka/", "dns") == (
             change["change"],
