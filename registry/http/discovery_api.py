@@ -15,7 +15,12 @@ from registry.core.model import Lease
 from registry.core.registry import Registry
 from registry.errors import IndexExpired, NotServed, UnknownApplication
 from registry.http import params
-from registry.http.negotiation import cached_payload, payload, response_format
+from registry.http.negotiation import (
+    cached_payload,
+    document_response,
+    payload,
+    response_format,
+)
 from registry.reads import cache, payloads
 from registry.reads.journal import DeltaJournal
 
@@ -27,6 +32,9 @@ async def full_registry(request: web.Request) -> web.Response:
     request.app[LIFECYCLE].check_reads()
     registry, catalog, clock = request.app[REGISTRY], request.app[CATALOG], request.app[CLOCK]
     fmt = response_format(request)
+    if params.is_replication(request):  # a peer copying leases: their renewals as of now
+        document = await payloads.current_registry(registry, catalog, fmt, pacer=Pacer())
+        return await document_response(request, fmt, document)
     return await cached_payload(
         request,
         (cache.APPS,),
@@ -115,6 +123,9 @@ async def application(request: web.Request) -> web.Response:
     if not registry.application(name):
         raise UnknownApplication(f"no instance of application {name!r} is registered")
     fmt = response_format(request)
+    if params.is_replication(request):  # a peer copying leases: their renewals as of now
+        document = payloads.application(registry, catalog, name, fmt, now=0, current=True)
+        return await document_response(request, fmt, document)
     return await cached_payload(
         request,
         (cache.APP, name),

@@ -55,6 +55,11 @@ async def cached_payload(
         if otherwise is None:
             raise RuntimeError(f"nothing to answer for {key}")
         document = otherwise()
+    return await document_response(request, fmt, document)
+
+
+async def document_response(request: web.Request, fmt: Format, document: Document) -> web.Response:
+    """`document` as the answer, gzipped when asked."""
     headers = {INDEX_HEADER: str(document.index)}
     pieces: Sequence[bytes | memoryview]
     if "gzip" in request.headers.get(hdrs.ACCEPT_ENCODING, ""):

@@ -115,6 +115,12 @@ class Catalog(Subscriber):
             encoded.built_at = now
         return encoded.block
 
+    def current_block(self, app: str, fmt: Format) -> Block:
+        """The application's block with every lease's numbers as they are now, not kept: for
+        a peer copying leases, which must not take renewals up to `max_age` old for the last
+        (a lease shorter than that would look expired). Instances are not encoded again."""
+        return application_block(fmt, app, self.items(app, fmt, self._registry.application(app)))
+
     def items(self, app: str, fmt: Format, leases: Iterable[Lease]) -> list[bytes]:
         """The encoded items of some of an application's `leases`."""
         encoded = self._encoded[fmt].get(app)

@@ -14,6 +14,7 @@ from collections.abc import Iterable
 
 from registry.codec import Format, shape
 from registry.common.hashcode import reconcile_hash
+from registry.common.tasks import Pacer
 from registry.core.model import InstanceStatus
 from registry.core.registry import Registry
 from registry.reads.catalog import Catalog
@@ -32,6 +33,20 @@ def full_registry(registry: Registry, catalog: Catalog, fmt: Format, *, now: flo
     return _applications(registry, fmt, blocks, FULL_FETCH_VERSION)
 
 
+async def current_registry(
+    registry: Registry, catalog: Catalog, fmt: Format, *, pacer: Pacer
+) -> Document:
+    """`full_registry` for a peer's copy (start-up sync), every lease's numbers as they are
+    now: each application's block joined afresh, never kept. The one document not made in one
+    step: applications are joined one after another, giving the loop a turn as `pacer` says,
+    each as it is when joined (what changes meanwhile reaches the peer by replication)."""
+    blocks = []
+    for name in [name for name, _ in registry.applications()]:
+        blocks.append(catalog.current_block(name, fmt))
+        await pacer.pace()
+    return _applications(registry, fmt, blocks, FULL_FETCH_VERSION)
+
+
 def delta(registry: Registry, journal: DeltaJournal, fmt: Format, *, now_ms: int) -> Document:
     """Recent changes, versioned by the registry index, hashed over the whole registry."""
     blocks = journal.delta_blocks(fmt, now_ms=now_ms)
@@ -47,10 +62,18 @@ def changes(registry: Registry, changed: list[tuple[str, list[Entry]]], fmt: For
 
 
 def application(
-    registry: Registry, catalog: Catalog, name: str, fmt: Format, *, now: float
+    registry: Registry,
+    catalog: Catalog,
+    name: str,
+    fmt: Format,
+    *,
+    now: float,
+    current: bool = False,
 ) -> Document:
+    """One application's instances; with `current`, every lease's numbers as they are now
+    (for a peer: see `current_registry`)."""
     codec = shape(fmt)
-    block = catalog.block(name, fmt, now=now)
+    block = catalog.current_block(name, fmt) if current else catalog.block(name, fmt, now=now)
     if fmt is Format.JSON:
         block = block.rest()
     blocks = [Block(codec.APPLICATION_HEAD), block, Block(codec.APPLICATION_TAIL)]

@@ -1,8 +1,13 @@
 """A rolling restart, as Kubernetes rolls a StatefulSet: three real nodes (on 127.0.0.2-4, one
 port, finding each other by DNS, each with its own store) restarted one after another with
 SIGTERM while twenty instances heartbeat through whichever nodes are up, as clients behind a
-Service do. No instance is evicted on any node during the roll, and afterwards self-preservation
-is not stuck: every node evicts again, and an instance that stops renewing goes everywhere.
+Service do; each comes back on its store, or, rescheduled, on an empty one. No instance is
+evicted on any node during the roll, and afterwards self-preservation is not stuck: every node
+evicts again, and an instance that stops renewing goes everywhere.
+
+A node rescheduled on an empty store copies its peers' leases with their renewals as of the
+copy: documents clients read carry renewals up to response_cache_max_age (30 s) old, which
+would make every lease of 8 s look expired there.
 
 Eureka's timeline a tenth as long, in real time as the clients keep it (see
 test_self_preservation.py): renewals counted over 6 s, renewals every 2 s, leases of 8 s.
@@ -12,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import shutil
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -129,7 +135,12 @@ async def counted_a_window(session: aiohttp.ClientSession, node: ServerProcess) 
     return (await status(session, node))["selfPreservation"]["renews-last-minute"] is not None
 
 
-async def test_no_instance_is_evicted_and_eviction_resumes(cluster: list[ServerProcess]):
+@pytest.mark.parametrize("volume", ["kept", "new"])
+async def test_no_instance_is_evicted_and_eviction_resumes(
+    cluster: list[ServerProcess], volume: str
+):
+    """`kept`: each node comes back on its store, as a pod on its claim; `new`: on an empty
+    data directory, as a pod rescheduled where its volume did not follow: it copies its peers."""
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as session:
         clients = Clients(session, cluster)
         for n, iid in enumerate(INSTANCES):
@@ -141,6 +152,8 @@ async def test_no_instance_is_evicted_and_eviction_resumes(cluster: list[ServerP
             for node in cluster:  # the roll: one at a time, each back and counting first
                 clients.up.remove(node)  # its endpoint goes as the pod is told to stop
                 assert 0 == await node.stop()
+                if volume == "new":
+                    await asyncio.to_thread(shutil.rmtree, node.settings["data_dir"])
                 await node.start()
                 clients.up.append(node)
                 assert set(INSTANCES) == await held(session, node)

@@ -318,3 +318,31 @@ class TestLongPollTurnedOff:
         """A stock Eureka server does not read these parameters, so it cannot refuse them."""
         response = await client.get(f"/eureka/apps/delta?{query}", headers=JSON)
         assert 200 == response.status, await response.text()
+
+
+class TestPeerReads:
+    """A peer copying leases (start-up sync, anti-entropy) reads their renewals as they are
+    now; clients read cached documents, whose renewals are as of the last change (bounded by
+    response_cache_max_age)."""
+
+    @pytest.mark.parametrize("path", ["/eureka/apps", "/eureka/apps/ORDERS"])
+    async def test_a_peer_sees_the_last_renewal(self, client, clock, path):
+        await register(client)
+        registered = clock.wall_ms()
+
+        async def renewal(headers: dict[str, str]) -> int:
+            response = await client.get(path, headers=JSON | headers)
+            doc = await response.json()
+            apps = (
+                doc["applications"]["application"]
+                if "applications" in doc
+                else [doc["application"]]
+            )
+            return int(apps[0]["instance"][0]["leaseInfo"]["lastRenewalTimestamp"])
+
+        assert registered == await renewal({})  # cached from here on
+        await clock.advance(10)
+        assert 200 == (await client.put("/eureka/apps/ORDERS/i-1")).status
+        assert registered == await renewal({})
+        peer = {"x-netflix-discovery-replication": "true"}
+        assert registered + 10_000 == await renewal(peer)
