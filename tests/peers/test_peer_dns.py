@@ -4,6 +4,7 @@ that finds itself among the addresses and skips it."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 
 import pytest
@@ -12,10 +13,12 @@ from peers.cluster import Cluster
 from peers.membership import DnsLookups, Membership
 from peers.peer_dns import LookupFailed, PeerDns, refresh
 from registry import FakeClock, Settings, create_app
+from registry.appkeys import LIFECYCLE
 from registry.core.registry import Registry
+from registry.lifecycle import Phase
 from registry.settings import SettingsError
 from tests.dns_server import StubDns
-from tests.helpers import fetch_json
+from tests.helpers import JSON, fetch_json
 from tests.peers.apps import AiohttpClient
 
 NAME = "registry-peers.test"
@@ -226,3 +229,28 @@ class TestShown:
         metrics = await (await client.get("/metrics")).text()
         assert 'registry_peer_dns_lookups_total{result="ok"} 1.0' in metrics
         assert "registry_peers 1.0" in metrics
+
+
+class TestStart:
+    async def test_reads_wait_for_dns_that_has_not_answered(
+        self, stub: StubDns, aiohttp_client: AiohttpClient, clock: FakeClock
+    ):
+        """DNS does not answer at start: the node cannot tell whether it has peers to copy, so
+        its reads stay closed, saying why, rather than serve an empty registry; once DNS
+        answers (here: no peer but this node), they open."""
+        stub.set(NAME, ["127.0.0.1"])
+        stub.answering = False
+        settings = dns_settings(stub, store=False, peer_dns_interval=0.3)
+        client = await aiohttp_client(create_app(settings, clock=clock))
+        lifecycle = client.app[LIFECYCLE]  # type: ignore[index]
+        assert lifecycle.phase is Phase.SYNCING
+        response = await client.get("/eureka/apps", headers=JSON)
+        assert 403 == response.status
+        assert "peer_dns has not answered yet" in (await response.json())["detail"]
+        stub.answering = True
+        for _ in range(20):  # lookups every 0.3 s of the clock, sync attempts from 0.5 s
+            await clock.advance(0.3)
+            await asyncio.sleep(0.02)
+            if lifecycle.serves_reads:
+                break
+        assert ("SERVING", "no peers to copy from") == (lifecycle.phase, lifecycle.reason)
