@@ -5,7 +5,7 @@ followed while the node runs.
 
 A node skips its own URL (contract 11.1): the one `my_url` names, or one whose port is ours and
 whose host is this node's: the address it listens on, or, listening on every address, any
-address of this machine (one it can bind); a name, when it is one of this machine's names.
+address of this machine; a name, when it is one of this machine's names.
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ class Cluster(Subscriber):
         self._runs: dict[str, asyncio.Task[None]] = {}
         self._session: aiohttp.ClientSession | None = None
         self._local_names: frozenset[str] = frozenset()
-        self._local_addresses: dict[str, bool] = {}
+        self._local_addresses: set[str] = set()
         self._fanout: tuple[Dispatcher, ...] = ()
         self.membership = Membership(
             grace=settings.peer_dns_grace,
@@ -143,17 +143,24 @@ class Cluster(Subscriber):
             return host in self._local_names
 
     def _is_local(self, address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
-        """This machine has `address`: a socket can be bound to it (remembered)."""
+        """This machine has `address`: a loopback one (a listener on every address answers
+        them all), or one the kernel would send from to reach it (its own route: what a bind
+        test cannot tell where `ip_nonlocal_bind` lets any address be bound). Only a yes is
+        remembered: an IPv6 address may still be tentative at start."""
         text = str(address)
-        if text not in self._local_addresses:
-            family = socket.AF_INET6 if address.version == 6 else socket.AF_INET
-            with socket.socket(family, socket.SOCK_DGRAM) as probe:
-                try:
-                    probe.bind((text, 0))
-                    self._local_addresses[text] = True
-                except OSError:
-                    self._local_addresses[text] = False
-        return self._local_addresses[text]
+        if address.is_loopback or text in self._local_addresses:
+            return True
+        family = socket.AF_INET6 if address.version == 6 else socket.AF_INET
+        with socket.socket(family, socket.SOCK_DGRAM) as probe:
+            try:
+                probe.connect((text, 9))  # UDP: nothing is sent, a route is chosen
+                source = probe.getsockname()[0]
+            except OSError:
+                return False
+        if ipaddress.ip_address(source.partition("%")[0]) != address:
+            return False
+        self._local_addresses.add(text)
+        return True
 
     def on_replicate(
         self,

@@ -2,7 +2,9 @@
 answered for `peer_dns`, with the changes that came of them.
 
 A peer that DNS stops naming is kept for `peer_dns_grace` after it was last named: a node that
-restarts, or a lookup that answers from a server not yet up to date, does not cost its queue.
+restarts on its address, or a lookup that answers from a server not yet up to date, does not
+cost its queue. (A Kubernetes pod made anew usually has a new address: it is a new peer, and
+its old address goes after the grace; anti-entropy brings the new one level.)
 A lookup that fails changes nothing: the last peers stay (a DNS outage is no reason to stop
 replicating), and the failure is kept for `GET status`, the log and /metrics.
 
@@ -86,14 +88,14 @@ class Membership:
         if dns.failing_since_ms is None:
             dns.failing_since_ms = wall_ms
 
-    def leaving(self, now: float) -> dict[str, float]:
+    def leaving(self, now: float) -> list[dict[str, Any]]:
         """Peers DNS no longer names, with the seconds left before they are dropped."""
         named = set(self.dns.found) if self.dns else set()
-        return {
-            url: round(max(self.grace - (now - seen), 0.0), 1)
+        return [
+            {"peer": url, "secondsLeft": round(max(self.grace - (now - seen), 0.0), 1)}
             for url, seen in self._seen.items()
             if url not in named and url not in self.static
-        }
+        ]
 
     def changed(self, change: str, url: str, why: str, wall_ms: int) -> None:
         """Remember that `url` was "added" or "removed", and why."""
@@ -101,7 +103,7 @@ class Membership:
 
     def status(self, now: float) -> dict[str, Any]:
         return {
-            "peers": list(self.static),
+            "configured": list(self.static),  # the `peers` setting
             "dns": None if self.dns is None else self.dns.status(),
             "leaving": self.leaving(now),
             "changes": list(reversed(self.changes)),

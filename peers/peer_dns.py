@@ -1,8 +1,10 @@
 """Peers from DNS (`peer_dns`): the name looked up at start and every `peer_dns_interval`.
 
 A name with SRV records (`_http._tcp.registry.ns.svc.cluster.local`, or a headless Service's
-own name) gives each target at its port; any other name, each of its addresses at
-`peer_dns_port`: IPv4 when it has any, else IPv6 (a dual-stack pod must not be two peers).
+own name) gives each target at its port (`peer_dns_port` where a target has several); any
+other name, each of its addresses at `peer_dns_port`: IPv4 when it has any, else IPv6 (a
+dual-stack pod must not be two peers). A lookup, every query in it, takes
+`min(LOOKUP_TIMEOUT, peer_dns_interval)` at most.
 Peers are named by address, `http://10.0.0.5:8761/eureka/`, so a node knows itself by its own
 addresses (peers/cluster.py), never by comparing host names.
 
@@ -16,9 +18,11 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+from collections.abc import Iterable
 
 import dns.asyncresolver
 import dns.exception
+import dns.name
 import dns.nameserver
 import dns.resolver
 import structlog
@@ -41,29 +45,40 @@ class PeerDns:
     def __init__(self, settings: Settings) -> None:
         self._settings = settings
         self._resolver: dns.asyncresolver.Resolver | None = None
-        self._setup_error = ""
 
     async def lookup(self) -> list[str]:
-        """The peers' URLs the name gives now; LookupFailed when it cannot be told."""
+        """The peers' URLs the name gives now; LookupFailed when it cannot be told (within
+        the lookup's time, every query included)."""
         resolver = await self._get_resolver()
         name = self._settings.peer_dns
         try:
-            srv = await resolver.resolve(name, "SRV", search=True, raise_on_no_answer=False)
-            if srv.rrset is not None:
-                targets = [(r.target.to_text(omit_final_dot=True), r.port) for r in srv]
-                return sorted(
-                    {
-                        self._url(address, port)
-                        for target, port in targets
-                        for address in await self._addresses(resolver, target)
-                    }
-                )
-            port = self._settings.peer_dns_port
-            return sorted(self._url(a, port) for a in await self._addresses(resolver, name))
+            async with asyncio.timeout(resolver.lifetime):
+                return await self._urls(resolver, name)
+        except TimeoutError:
+            raise LookupFailed(f"{name}: no answer within {resolver.lifetime:g} s") from None
         except dns.resolver.NXDOMAIN:
             raise LookupFailed(f"{name} does not exist (NXDOMAIN)") from None
         except (dns.exception.DNSException, OSError) as exc:
             raise LookupFailed(f"{name}: {exc or type(exc).__name__}") from None
+
+    async def _urls(self, resolver: dns.asyncresolver.Resolver, name: str) -> list[str]:
+        srv = await resolver.resolve(name, "SRV", search=True, raise_on_no_answer=False)
+        if srv.rrset is None:
+            port = self._settings.peer_dns_port
+            return sorted(self._url(a, port) for a in await _addresses(resolver, name))
+        targets = _srv_targets(
+            ((r.target, r.port) for r in srv), wanted_port=self._settings.peer_dns_port
+        )
+        found = await asyncio.gather(
+            *(_target_addresses(resolver, target) for target, _ in targets)
+        )
+        return sorted(
+            {
+                self._url(address, port)
+                for (_, port), addresses in zip(targets, found, strict=True)
+                for address in addresses
+            }
+        )
 
     async def _get_resolver(self) -> dns.asyncresolver.Resolver:
         if self._resolver is None:
@@ -86,17 +101,46 @@ class PeerDns:
         resolver.lifetime = min(LOOKUP_TIMEOUT, self._settings.peer_dns_interval)
         return resolver
 
-    @staticmethod
-    async def _addresses(resolver: dns.asyncresolver.Resolver, name: str) -> list[str]:
-        for kind in ("A", "AAAA"):
-            answer = await resolver.resolve(name, kind, search=True, raise_on_no_answer=False)
-            if answer.rrset is not None:
-                return [r.to_text() for r in answer]
-        return []
-
     def _url(self, address: str, port: int) -> str:
         host = f"[{address}]" if ipaddress.ip_address(address).version == 6 else address
         return f"http://{host}:{port}{self._settings.peer_dns_path}"
+
+
+async def _addresses(
+    resolver: dns.asyncresolver.Resolver, name: dns.name.Name | str, *, search: bool = True
+) -> list[str]:
+    for kind in ("A", "AAAA"):
+        answer = await resolver.resolve(name, kind, search=search, raise_on_no_answer=False)
+        if answer.rrset is not None:
+            return [r.to_text() for r in answer]
+    return []
+
+
+async def _target_addresses(
+    resolver: dns.asyncresolver.Resolver, target: dns.name.Name
+) -> list[str]:
+    """An SRV target's addresses; none when it has gone (a pod deleted between the two
+    answers is routine in a roll, and no reason to call the whole lookup failed)."""
+    try:
+        return await _addresses(resolver, target, search=False)  # a target is absolute
+    except (dns.resolver.NXDOMAIN, dns.resolver.NoAnswer):
+        return []
+
+
+def _srv_targets(
+    records: Iterable[tuple[dns.name.Name, int]], *, wanted_port: int
+) -> list[tuple[dns.name.Name, int]]:
+    """One port per target: a Service with several ports (metrics beside the API) lists each
+    pod once per port; `peer_dns_port` is the one chosen where it is among them. The root
+    target (`.`: "no such service here") is no peer."""
+    ports: dict[dns.name.Name, list[int]] = {}
+    for target, port in records:
+        if target != dns.name.root:
+            ports.setdefault(target, []).append(port)
+    return [
+        (target, wanted_port if wanted_port in listed else listed[0])
+        for target, listed in ports.items()
+    ]
 
 
 async def refresh(peer_dns: PeerDns, cluster: Cluster) -> None:

@@ -340,8 +340,14 @@ async def _reload(app: web.Application, reload: Reload) -> None:
         return
     cluster = app[CLUSTER]
     cluster.set_peers(settings.peers)
+    if _peer_dns_settings(settings) != _peer_dns_settings(app[SETTINGS]):
+        log.warning("peer_dns_not_reloaded", reason="peer_dns settings take a restart")
     credentials = _reload_credentials(app[CREDENTIALS], settings)
     log.info("settings_reloaded", peers=list(cluster.dispatchers), credentials=credentials)
+
+
+def _peer_dns_settings(settings: Settings) -> tuple[object, ...]:
+    return tuple(getattr(settings, f) for f in Settings.__dataclass_fields__ if "peer_dns" in f)
 
 
 def _reload_credentials(current: Credentials | None, settings: Settings) -> str:

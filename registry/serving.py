@@ -38,6 +38,7 @@ from aiohttp.web_server import Server
 from registry.appkeys import CONNECTIONS, LIFECYCLE, SETTINGS
 from registry.http.connections import Connections, raise_file_limit
 from registry.http.ratelimit import client_key
+from registry.lifecycle import Phase
 
 log = structlog.get_logger()
 
@@ -70,9 +71,13 @@ async def serve(
     if after != before:
         log.info("file_limit_raised", before=before, after=after)
     loop = asyncio.get_running_loop()
-    stopping = asyncio.Event()
+    stopping, again = asyncio.Event(), asyncio.Event()
+
+    def signalled() -> None:
+        (again if stopping.is_set() else stopping).set()
+
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stopping.set)
+        loop.add_signal_handler(sig, signalled)
     runner = Runner(
         app, handle_signals=False, access_log=access_log, keepalive_timeout=KEEPALIVE_TIMEOUT
     )
@@ -88,22 +93,22 @@ async def serve(
             return
         start.result()  # a start that failed raises here
         await stopping.wait()
-        await _leave(app, stopping)
+        await _leave(app, again)
     finally:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(sig)  # a second signal ends the process at once
         await runner.cleanup()  # the contexts entered so far exit, the last entered first
 
 
-async def _leave(app: web.Application, stopping: asyncio.Event) -> None:
-    """Serve on, not ready, for `shutdown_delay` (or until a second signal)."""
-    delay = app[SETTINGS].shutdown_delay
-    if delay <= 0:
+async def _leave(app: web.Application, again: asyncio.Event) -> None:
+    """Serve on, not ready, for `shutdown_delay` (or until a second signal), if this node
+    was serving: one that never was has no routes to wait for."""
+    delay, lifecycle = app[SETTINGS].shutdown_delay, app[LIFECYCLE]
+    if delay <= 0 or lifecycle.phase is not Phase.SERVING:
         return
-    app[LIFECYCLE].leave(f"shutting down: serving for {delay:g} s more while routes move away")
-    stopping.clear()
+    lifecycle.leave(f"shutting down: serving for {delay:g} s more while routes move away")
     with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(stopping.wait(), delay)
+        await asyncio.wait_for(again.wait(), delay)
 
 
 async def _start(runner: web.AppRunner, host: str, port: int, backlog: int) -> None:

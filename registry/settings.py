@@ -27,8 +27,9 @@ MAX_BATCH_ITEMS = 1000  # a peer's batch holds at most this many items (Eureka's
 SECRETS = frozenset({"client_credentials", "admin_credentials", "admin_tokens", "peer_credential"})
 
 
-# What Kubernetes puts in a pod's environment for a Service named `registry` (service links)
-_SERVICE_LINK = re.compile(r"REGISTRY_(SERVICE_(HOST|PORT)|PORT_\d+_(TCP|UDP|SCTP))")
+# What Kubernetes puts in a pod's environment for a Service named `registry` or `registry-*`
+# (service links): REGISTRY[_X]_SERVICE_HOST, ..._SERVICE_PORT[_NAME], ..._PORT_8761_TCP[_ADDR]
+_SERVICE_LINK = re.compile(r"REGISTRY(_\w+)?_(SERVICE_(HOST|PORT)|PORT_\d+_(TCP|UDP|SCTP))")
 _SERVICE_LINK_VALUE = re.compile(r"(tcp|udp|sctp)://", re.IGNORECASE)
 
 
@@ -235,9 +236,11 @@ class Settings:
             raise SettingsError(f"peer_dns: {self.peer_dns!r} is not a DNS name")
         if not 0 < self.peer_dns_port < 65536:
             raise SettingsError(f"peer_dns_port: {self.peer_dns_port} is not a TCP port")
-        if not self.peer_dns_path.startswith("/") or "?" in self.peer_dns_path:
+        path = self.peer_dns_path
+        if not (path.startswith("/") and path.endswith("/")) or any(c in path for c in "?# \t"):
             raise SettingsError(
-                f"peer_dns_path: {self.peer_dns_path!r} must be a path starting with /"
+                f"peer_dns_path: {path!r} must be a path starting and ending with / (peers' "
+                "requests are made below it)"
             )
         for server in self.peer_dns_nameservers:
             try:
@@ -308,9 +311,10 @@ class Settings:
             if key.startswith(ENV_PREFIX):
                 if _SERVICE_LINK.match(key) or _SERVICE_LINK_VALUE.match(raw):
                     raise SettingsError(
-                        f"{key}: a variable Kubernetes sets for a Service named 'registry' (a "
-                        "service link), not a setting: set enableServiceLinks: false in the "
-                        "pod's spec, as deploy/kubernetes/statefulset.yaml does"
+                        f"{key}: a variable Kubernetes sets for a Service named 'registry' or "
+                        "'registry-...' (a service link), not a setting: set "
+                        "enableServiceLinks: false in the pod's spec, as "
+                        "deploy/kubernetes/statefulset.yaml does"
                     )
                 name = key.removeprefix(ENV_PREFIX).lower()
                 values[name] = _from_text(name, raw)
@@ -424,6 +428,8 @@ def _coerce(key: str, value: Any, kind: type) -> Any:
         return tuple(
             dict.fromkeys(u if u.endswith("/") else u + "/" for u in _text_list(key, value))
         )
+    if key == "peer_dns_path" and isinstance(value, str) and not value.endswith("/"):
+        value += "/"  # as for `peers`
     if typing.get_origin(kind) is tuple:
         return _text_list(key, value)
     if isinstance(value, kind) and not (kind is int and isinstance(value, bool)):

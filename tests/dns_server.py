@@ -59,7 +59,7 @@ class StubDns(asyncio.DatagramProtocol):
         if name not in self.addresses and name not in self.services:
             response.set_rcode(dns.rcode.NXDOMAIN)
         elif question.rdtype == dns.rdatatype.SRV and name in self.services:
-            records = [f"0 10 {port} {target}." for target, port in self.services[name]]
+            records = [f"0 10 {port} {_absolute(t)}" for t, port in self.services[name]]
             response.answer.append(dns.rrset.from_text_list(name + ".", TTL, "IN", "SRV", records))
         elif question.rdtype in (dns.rdatatype.A, dns.rdatatype.AAAA):
             family = ":" if question.rdtype == dns.rdatatype.AAAA else "."
@@ -68,6 +68,10 @@ class StubDns(asyncio.DatagramProtocol):
             if found:
                 response.answer.append(dns.rrset.from_text_list(name + ".", TTL, "IN", kind, found))
         self._transport.sendto(response.to_wire(), addr)
+
+
+def _absolute(name: str) -> str:
+    return name if name.endswith(".") else name + "."
 
 
 def _key(name: str) -> str:

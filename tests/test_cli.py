@@ -71,6 +71,9 @@ async def test_a_shutdown_delay_serves_on_not_ready_until_it_ends(servers):
             assert 204 == response.status
         async with session.get(f"{server.eureka}apps/LATE", headers=JSON) as response:
             assert 200 == response.status
+        async with session.get(f"{server.eureka}status", headers=JSON) as response:
+            stats = (await response.json())["generalStats"]
+            assert ("SERVING", body["reasons"][0]) == (stats["phase"], stats["shutting-down"])
     assert 0 == await server.stop(signal.SIGTERM, timeout=10)
 
 

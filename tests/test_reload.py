@@ -77,3 +77,15 @@ async def _answers(session: aiohttp.ClientSession, port: int, credential: str) -
         return await status_as(session, port, credential)
     except aiohttp.ClientConnectionError:
         return 0
+
+
+async def test_a_changed_peer_dns_says_it_takes_a_restart(servers, tmp_path):
+    """peer_dns and its settings are read at start: a SIGHUP changing them warns so."""
+    path = tmp_path / "node.toml"
+    await asyncio.to_thread(path.write_text, "")
+    server = await servers.start(args=["--config", str(path)], ready=None, log_format="json")
+    await server.wait_ready()
+    await reloaded(server, path, 'peer_dns = "registry-peers.test"\n')
+    assert 0 == await server.stop()
+    lines = await server.log_lines()
+    assert "take a restart" in lines_of(lines, "peer_dns_not_reloaded")["reason"]

@@ -143,10 +143,13 @@ def test_peers_are_one_each_with_or_without_the_trailing_slash():
         ("REGISTRY_SERVICE_HOST", "10.96.0.12"),
         ("REGISTRY_SERVICE_PORT_HTTP", "8761"),
         ("REGISTRY_PORT_8761_TCP_ADDR", "10.96.0.12"),
+        ("REGISTRY_UI_SERVICE_HOST", "10.96.0.13"),  # a Service named registry-ui
+        ("REGISTRY_UI_PORT", "tcp://10.96.0.13:80"),
     ],
 )
 def test_kubernetes_service_links_are_named_for_what_they_are(key: str, value: str):
-    """A Service named `registry` puts REGISTRY_* variables in every pod of its namespace: the
-    refusal says so, and how to turn them off, rather than call them unknown settings."""
+    """A Service named `registry` (or `registry-...`) puts REGISTRY_* variables in every pod of
+    its namespace: the refusal says so, and how to turn them off, rather than call them
+    unknown settings."""
     with pytest.raises(SettingsError, match=f"{key}: .*enableServiceLinks: false"):
         Settings.load(None, {key: value})

@@ -124,7 +124,7 @@ async def application(request: web.Request) -> web.Response:
         raise UnknownApplication(f"no instance of application {name!r} is registered")
     fmt = response_format(request)
     if params.is_replication(request):  # a peer copying leases: their renewals as of now
-        document = payloads.application(registry, catalog, name, fmt, now=0, current=True)
+        document = await payloads.current_application(registry, catalog, name, fmt, pacer=Pacer())
         return await document_response(request, fmt, document)
     return await cached_payload(
         request,

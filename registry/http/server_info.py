@@ -47,6 +47,7 @@ async def status(request: web.Request) -> web.Response:
             "phase": lifecycle.phase.value,
             "serving-reads": "true" if lifecycle.serves_reads else "false",
             "reads-reason": lifecycle.reason,
+            "shutting-down": lifecycle.leaving,
         },
         # Eureka's replica lists (contract 11.6); "available" means answering replication.
         "applicationStats": {

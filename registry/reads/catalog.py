@@ -181,13 +181,13 @@ class Catalog(Subscriber):
 
         async def join(app: str) -> None:
             if self._registry.application(app):  # not gone while the loop had its turn
-                await self._encode(app, fmt, pacer)
+                await self.encode(app, fmt, pacer)
                 self.block(app, fmt, now=now)
                 await pacer.pace()
 
         await in_passes(missing, join)
 
-    async def _encode(self, app: str, fmt: Format, pacer: Pacer) -> None:
+    async def encode(self, app: str, fmt: Format, pacer: Pacer) -> None:
         """Encode the application's new instances ahead of joining its block, giving the loop
         turns in between: one application can hold thousands."""
         by_app = self._encoded[fmt]

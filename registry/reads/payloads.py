@@ -38,13 +38,24 @@ async def current_registry(
 ) -> Document:
     """`full_registry` for a peer's copy (start-up sync), every lease's numbers as they are
     now: each application's block joined afresh, never kept. The one document not made in one
-    step: applications are joined one after another, giving the loop a turn as `pacer` says,
-    each as it is when joined (what changes meanwhile reaches the peer by replication)."""
+    step: instances not encoded yet are encoded a few at a time and applications joined one
+    after another, giving the loop turns as `pacer` says; each application is as it is when
+    joined (what changes meanwhile reaches the peer by replication)."""
     blocks = []
     for name in [name for name, _ in registry.applications()]:
-        blocks.append(catalog.current_block(name, fmt))
+        await catalog.encode(name, fmt, pacer)
+        if registry.application(name):  # not gone while the loop had its turn
+            blocks.append(catalog.current_block(name, fmt))
         await pacer.pace()
     return _applications(registry, fmt, blocks, FULL_FETCH_VERSION)
+
+
+async def current_application(
+    registry: Registry, catalog: Catalog, name: str, fmt: Format, *, pacer: Pacer
+) -> Document:
+    """`application` for a peer (anti-entropy): every lease's numbers as they are now."""
+    await catalog.encode(name, fmt, pacer)
+    return _application(registry, fmt, catalog.current_block(name, fmt))
 
 
 def delta(registry: Registry, journal: DeltaJournal, fmt: Format, *, now_ms: int) -> Document:
@@ -62,18 +73,13 @@ def changes(registry: Registry, changed: list[tuple[str, list[Entry]]], fmt: For
 
 
 def application(
-    registry: Registry,
-    catalog: Catalog,
-    name: str,
-    fmt: Format,
-    *,
-    now: float,
-    current: bool = False,
+    registry: Registry, catalog: Catalog, name: str, fmt: Format, *, now: float
 ) -> Document:
-    """One application's instances; with `current`, every lease's numbers as they are now
-    (for a peer: see `current_registry`)."""
+    return _application(registry, fmt, catalog.block(name, fmt, now=now))
+
+
+def _application(registry: Registry, fmt: Format, block: Block) -> Document:
     codec = shape(fmt)
-    block = catalog.current_block(name, fmt) if current else catalog.block(name, fmt, now=now)
     if fmt is Format.JSON:
         block = block.rest()
     blocks = [Block(codec.APPLICATION_HEAD), block, Block(codec.APPLICATION_TAIL)]

@@ -17,7 +17,7 @@ import yaml
 
 from registry.http.auth import Plane
 from registry.http.routes import UNVERSIONED
-from registry.settings import ENV_PREFIX, Settings, is_loopback
+from registry.settings import ENV_PREFIX, Settings, SettingsError, is_loopback
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 MANIFESTS = DEPLOY / "kubernetes"
@@ -309,7 +309,8 @@ class TestSettings:
         assert [] == settings.missing_credentials()
         assert port == settings.port == settings.peer_dns_port
         namespace = SAMPLE_POD["metadata.namespace"]
-        assert f"{_headless()['metadata']['name']}.{namespace}.svc.cluster.local" == (
+        # Absolute (the final dot): a pod's resolver would try its search domains first.
+        assert f"{_headless()['metadata']['name']}.{namespace}.svc.cluster.local." == (
             settings.peer_dns
         )
         own = urlsplit(settings.my_url)
@@ -338,8 +339,12 @@ class TestSettings:
                 links[f"{prefix}_PROTO"] = proto.lower()
                 links[f"{prefix}_PORT"] = str(number)
                 links[f"{prefix}_ADDR"] = ip
+        environ = {**links, **_environment()}  # the pod's own variables win
         if _pod_spec().get("enableServiceLinks", True):
-            Settings.load(environ={**links, **_environment()})  # the pod's own env wins
+            Settings.load(environ=environ)
+        else:  # why they are off: the node would refuse to start, saying so
+            with pytest.raises(SettingsError, match="enableServiceLinks: false"):
+                Settings.load(environ=environ)
 
     def test_grace_period_covers_the_shutdown_delay(self):
         """The kubelet waits out the shutdown delay and the drain after it before it kills."""

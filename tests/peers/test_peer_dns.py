@@ -61,6 +61,20 @@ class TestLookup:
         urls = await PeerDns(dns_settings(stub, peer_dns_port=1)).lookup()
         assert ["http://10.0.0.1:8001/eureka/", "http://10.0.0.2:8002/eureka/"] == urls
 
+    async def test_a_gone_srv_target_is_no_peer_and_no_failure(self, stub: StubDns):
+        """A pod deleted between the SRV answer and its address's (routine in a roll) is
+        left out; the others are peers; the root target ("no such service") is none."""
+        stub.set_srv(NAME, [("a.test", 8761), ("gone.test", 8761), (".", 8761)])
+        stub.set("a.test", ["10.0.0.1"])
+        assert ["http://10.0.0.1:8761/eureka/"] == await PeerDns(dns_settings(stub)).lookup()
+
+    async def test_a_target_with_several_ports_is_one_peer(self, stub: StubDns):
+        """A Service with a metrics port beside the API lists each pod twice: the port that
+        is peer_dns_port is taken."""
+        stub.set_srv(NAME, [("a.test", 9100), ("a.test", 8761)])
+        stub.set("a.test", ["10.0.0.1"])
+        assert ["http://10.0.0.1:8761/eureka/"] == await PeerDns(dns_settings(stub)).lookup()
+
     async def test_a_name_without_addresses_names_no_peer(self, stub: StubDns):
         """The name exists, with no address (every other node gone): no peers, no failure."""
         stub.set(NAME, [])
@@ -87,6 +101,7 @@ class TestSettings:
             ({"peer_dns_nameservers": ["dns.example:53"]}, "not an address:port"),
             ({"peer_dns_nameservers": ["127.0.0.1:0"]}, "invalid port"),
             ({"peer_dns_path": "eureka/"}, "must be a path"),
+            ({"peer_dns_path": "/eu reka/"}, "must be a path"),
             ({"peer_dns_interval": 0}, "must be positive"),
             ({"peer_dns": "peers.test", "client_credentials": ["c:p"]}, "peer_credential"),
         ],
@@ -94,6 +109,12 @@ class TestSettings:
     def test_bad_values_stop_start_up(self, values: dict[str, object], message: str):
         with pytest.raises(SettingsError, match=message):
             Settings.load(None, {}, **values)
+
+    def test_the_path_gets_its_trailing_slash(self):
+        """As `peers` do: peers' requests are made below it (`{url}apps/`)."""
+        assert (
+            "/eureka/" == Settings.load(None, {"REGISTRY_PEER_DNS_PATH": "/eureka"}).peer_dns_path
+        )
 
     def test_from_the_environment(self):
         settings = Settings.load(
@@ -114,7 +135,7 @@ class TestMembership:
         membership.found(["http://a/", "http://b/"], now=0, wall_ms=0)
         membership.found(["http://a/"], now=30, wall_ms=0)
         assert ["http://a/", "http://b/"] == membership.urls()
-        assert {"http://b/": 30.0} == membership.leaving(now=30)
+        assert [{"peer": "http://b/", "secondsLeft": 30.0}] == membership.leaving(now=30)
         membership.found(["http://a/"], now=61, wall_ms=0)
         assert ["http://a/"] == membership.urls()
 
@@ -139,7 +160,7 @@ class TestMembership:
         membership.found(["http://s/", "http://d/"], now=0, wall_ms=0)
         membership.found([], now=0.5, wall_ms=0)
         assert ["http://s/", "http://d/"] == membership.urls()
-        assert {"http://d/": 0.5} == membership.leaving(now=0.5)
+        assert [{"peer": "http://d/", "secondsLeft": 0.5}] == membership.leaving(now=0.5)
 
 
 class TestCluster:
