@@ -19,6 +19,7 @@ import structlog
 from msgspec.structs import replace
 
 from registry.common.hashcode import hash_of_counts
+from registry.core.checks import CheckVerdicts
 from registry.core.model import (
     ActionType,
     ChangeEvent,
@@ -76,6 +77,16 @@ def _claimed(instance: InstanceInfo) -> InstanceStatus:
     return status
 
 
+def _client_claim(lease: Lease, override: InstanceStatus | None) -> InstanceStatus:
+    """What the lease's client last said of itself, as the chain was last asked (its
+    override's status says nothing of the client: taken as UP)."""
+    decision = lease.decision
+    claim = (
+        lease.instance.status if decision is None or decision.claimed is None else decision.claimed
+    )
+    return _UP if override is not None and claim is override else claim
+
+
 class Registry(OverrideCommands):
     """Instances, their leases and the commands on them; the commands on admins' overrides
     are in core/override_commands.py (a base of this class), their state in `overrides`."""
@@ -94,6 +105,8 @@ class Registry(OverrideCommands):
         self._apps: dict[str, dict[str, Lease]] = {}
         # Admins' decisions: read them here, change them only through the commands below.
         self.overrides = Overrides()
+        # Instances server-side health checks hold DOWN (core/checks.py).
+        self.checks = CheckVerdicts()
         # Instances cancelled or evicted, so no copy of them comes back (core/tombstones.py).
         self.tombstones = Tombstones(
             retention_ms=tombstone_retention_ms, margin_ms=removal_margin_ms
@@ -188,9 +201,10 @@ class Registry(OverrideCommands):
             # How stock Eureka peers hand over an override: it comes in the registration.
             self.overrides.take(registrant.app, iid, registrant.overridden_status, now_ms)
         override = self.overrides.get(iid)
+        claim = _claimed(registrant) if is_replication else registrant.status
         status, decision = decide(
             CHAIN,
-            _claimed(registrant) if is_replication else registrant.status,
+            self.checks.claimed(iid, claim) if len(self.checks) else claim,
             override,
             existing.instance.status if existing is not None else None,
             is_replication,
@@ -218,6 +232,39 @@ class Registry(OverrideCommands):
         if not is_replication:
             self._replicate(_A.REGISTER, registrant.app, iid)
         return lease.instance
+
+    def check_failed(self, app: str, instance_id: str, detail: str, *, now_ms: int) -> bool:
+        """A server-side check holds the instance DOWN (core/checks.py): the chain decides
+        with DOWN as its claim. Whether its status changed (then replicated, as a
+        registration: the status a client's re-registration would carry)."""
+        lease = self._live_lease(app, instance_id, now_ms)
+        override = self.overrides.get(instance_id)
+        self.checks.hold(instance_id, _client_claim(lease, override), detail, now_ms)
+        return self._restatus(lease, InstanceStatus.DOWN, override, now_ms)
+
+    def check_passed(self, app: str, instance_id: str, *, now_ms: int) -> bool:
+        """The check no longer holds the instance: the chain decides with its client's own
+        claim again. Whether its status changed."""
+        claim = self.checks.release(instance_id)
+        if claim is None:
+            return False
+        lease = self._live_lease(app, instance_id, now_ms)
+        return self._restatus(lease, claim, self.overrides.get(instance_id), now_ms)
+
+    def _restatus(
+        self,
+        lease: Lease,
+        claim: InstanceStatus,
+        override: InstanceStatus | None,
+        now_ms: int,
+    ) -> bool:
+        instance = lease.instance
+        status, lease.decision = decide(CHAIN, claim, override, instance.status, False)
+        if status is instance.status:
+            return False
+        self._change(lease, now_ms, status=status)
+        self._replicate(_A.REGISTER, instance.app, instance.instance_id)
+        return True
 
     def _check_room(self, app: str, leases: dict[str, Lease] | None) -> None:
         if leases is None and self._max_apps and len(self._apps) >= self._max_apps:
@@ -592,6 +639,7 @@ class Registry(OverrideCommands):
         self.tombstones.put(
             removal or Tombstone(instance.app, instance.instance_id, instance.last_dirty_ms, now_ms)
         )
+        self.checks.release(instance.instance_id)
         leases = self._apps[instance.app]
         del leases[instance.instance_id]
         if not leases:

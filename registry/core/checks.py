@@ -1,0 +1,60 @@
+"""Server-side health checks as the core sees them: which instances a check holds DOWN.
+
+A check's verdict is the instance's own status as far as the rule chain is concerned: while
+a check holds an instance DOWN, the chain is asked with DOWN as its claim, so DownOrStarting
+decides (as it does for a client that says it is DOWN, over any override); when the check
+passes again, the chain is asked with the client's own claim, so an admin's override stands
+where it did (a check's recovery never puts an instance an admin took out back in service).
+
+The client's own claim is kept here while the check holds the instance, and updated by its
+re-registrations meanwhile, so the recovery restores what the client last said. Pure.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from registry.core.model import InstanceStatus
+
+
+@dataclass(slots=True)
+class HeldDown:
+    claim: InstanceStatus  # what the client says of itself meanwhile
+    since_ms: int
+    detail: str  # the check's last failure, for status/explain
+
+
+class CheckVerdicts:
+    """Instance id -> the check holding it DOWN."""
+
+    def __init__(self) -> None:
+        self._held: dict[str, HeldDown] = {}
+
+    def __contains__(self, instance_id: object) -> bool:
+        return instance_id in self._held
+
+    def __len__(self) -> int:
+        return len(self._held)
+
+    def get(self, instance_id: str) -> HeldDown | None:
+        return self._held.get(instance_id)
+
+    def hold(self, instance_id: str, claim: InstanceStatus, detail: str, now_ms: int) -> None:
+        held = self._held.get(instance_id)
+        if held is None:
+            self._held[instance_id] = HeldDown(claim, now_ms, detail)
+        else:
+            held.detail = detail
+
+    def claimed(self, instance_id: str, claim: InstanceStatus) -> InstanceStatus:
+        """A registration while held: its claim is kept, and the chain is asked with DOWN."""
+        held = self._held.get(instance_id)
+        if held is None:
+            return claim
+        held.claim = claim
+        return InstanceStatus.DOWN
+
+    def release(self, instance_id: str) -> InstanceStatus | None:
+        """The check passes again (or the instance went): the client's claim, if held."""
+        held = self._held.pop(instance_id, None)
+        return None if held is None else held.claim
