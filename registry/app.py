@@ -19,6 +19,7 @@ from peers.startup_sync import sync_at_start
 from registry.appkeys import (
     CACHE,
     CATALOG,
+    CHECKER,
     CLOCK,
     CLUSTER,
     CONNECTIONS,
@@ -41,6 +42,7 @@ from registry.appkeys import (
     STARTED_AT,
     WRITER,
 )
+from registry.checks.checker import Checker
 from registry.codec import Format
 from registry.common.clock import Clock, SystemClock
 from registry.common.tasks import SLICE, Loops, Pacer
@@ -120,8 +122,10 @@ def create_app(
         if settings.max_instances_per_credential
         else None
     )
+    checker = Checker(registry, clock, settings) if settings.health_checks else None
     # Who the registry tells, in this order (the store writer joins as the app starts: _store).
-    for part in (journal, catalog, cache, preservation, feed, counts, digests, quotas, cluster):
+    parts = (journal, catalog, cache, preservation, feed, counts, digests, quotas, checker, cluster)
+    for part in parts:
         if part is not None:
             registry.subscribe(part)
     app[SETTINGS] = settings
@@ -151,6 +155,7 @@ def create_app(
     app[CREDENTIALS] = Credentials(settings) if settings.secured else None
     app[CLUSTER] = cluster
     app[DIGESTS] = digests
+    app[CHECKER] = checker
     add_routes(app)
     app.on_shutdown.append(_drain)
     app.cleanup_ctx.append(_stopped)  # first, so that it ends last
@@ -163,6 +168,7 @@ def create_app(
     app.cleanup_ctx.append(_loop_lag)
     app.cleanup_ctx.append(_heap)
     app.cleanup_ctx.append(_activity)
+    app.cleanup_ctx.append(_checks)
     app.cleanup_ctx.append(_peers(reload))
     return app
 
@@ -172,6 +178,18 @@ async def _keepalives(app: web.Application) -> AsyncIterator[None]:
     feed = app[FEED]
     loops = Loops(app[CLOCK])
     loops.every(KEEPALIVE, feed.beat, name="keepalive")
+    yield
+    await loops.stop()
+
+
+async def _checks(app: web.Application) -> AsyncIterator[None]:
+    """Server-side health checks, for the instances that ask (registry/checks/)."""
+    checker = app[CHECKER]
+    if checker is None:
+        yield
+        return
+    loops = Loops(app[CLOCK])
+    loops.start(checker.run, name="health_checks")
     yield
     await loops.stop()
 

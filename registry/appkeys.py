@@ -7,6 +7,7 @@ from prometheus_client import CollectorRegistry
 
 from peers.cluster import Cluster
 from peers.digest import Digests
+from registry.checks.checker import Checker
 from registry.common.clock import Clock
 from registry.core.preservation import SelfPreservation
 from registry.core.quotas import CredentialQuotas
@@ -33,6 +34,7 @@ CLOCK = web.AppKey("clock", Clock)
 SETTINGS = web.AppKey("settings", Settings)
 # What requests are checked against; None when no credentials are configured (no guards).
 CREDENTIALS: web.AppKey[Credentials | None] = web.AppKey("credentials")
+CHECKER: web.AppKey[Checker | None] = web.AppKey("checker")  # server-side health checks
 LIFECYCLE = web.AppKey("lifecycle", Lifecycle)  # the phase: starting, ..., serving, ...
 CLUSTER = web.AppKey("cluster", Cluster)
 DIGESTS = web.AppKey("digests", Digests)  # per application, for anti-entropy

@@ -119,6 +119,13 @@ class Settings:
     # After SIGTERM, /readyz answers 503 but everything is served this long, so that load
     # balancers stop sending first (Kubernetes: endpoints are updated after the signal)
     shutdown_delay: float = 0 * SECONDS
+    # Server-side health checks an instance asks for in its metadata (registry/checks/)
+    health_checks: bool = True
+    health_check_loopback: bool = False  # checks to loopback and link-local addresses (tests)
+    health_check_rate: float = 1000.0  # checks started a second, all instances together
+    health_check_concurrency: int = 256  # checks running at once
+    health_check_failures: int = 3  # in a row: the instance is held DOWN
+    health_check_successes: int = 2  # in a row: released
     # Persistence: the registry and overrides in SQLite, so a restart loses nothing
     store: bool = True
     data_dir: str = "data"  # the database is data_dir/registry.db
@@ -205,7 +212,17 @@ class Settings:
         ):
             if getattr(self, key) < 0:
                 raise SettingsError(f"{key}: must not be negative")
-        for key in ("replication_batch_size", "replication_max_pending"):
+        if self.health_check_rate <= 0:
+            raise SettingsError(
+                f"health_check_rate: must be positive, not {self.health_check_rate}"
+            )
+        for key in (
+            "replication_batch_size",
+            "replication_max_pending",
+            "health_check_concurrency",
+            "health_check_failures",
+            "health_check_successes",
+        ):
             if getattr(self, key) < 1:
                 raise SettingsError(f"{key}: must be at least 1, not {getattr(self, key)}")
         if self.replication_batch_size > MAX_BATCH_ITEMS:

@@ -46,12 +46,16 @@ class CheckVerdicts:
         else:
             held.detail = detail
 
-    def claimed(self, instance_id: str, claim: InstanceStatus) -> InstanceStatus:
-        """A registration while held: its claim is kept, and the chain is asked with DOWN."""
+    def claimed(
+        self, instance_id: str, claim: InstanceStatus, is_replication: bool
+    ) -> InstanceStatus:
+        """A registration while held: the chain is asked with DOWN, and a client's claim is
+        kept for the recovery (a peer's copy may carry a check's DOWN, no client's claim)."""
         held = self._held.get(instance_id)
         if held is None:
             return claim
-        held.claim = claim
+        if not is_replication:
+            held.claim = claim
         return InstanceStatus.DOWN
 
     def release(self, instance_id: str) -> InstanceStatus | None:

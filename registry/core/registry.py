@@ -204,7 +204,7 @@ class Registry(OverrideCommands):
         claim = _claimed(registrant) if is_replication else registrant.status
         status, decision = decide(
             CHAIN,
-            self.checks.claimed(iid, claim) if len(self.checks) else claim,
+            self.checks.claimed(iid, claim, is_replication) if len(self.checks) else claim,
             override,
             existing.instance.status if existing is not None else None,
             is_replication,

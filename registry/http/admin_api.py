@@ -6,8 +6,11 @@ from urllib.parse import parse_qsl
 
 import orjson
 from aiohttp import web
+from msgspec.structs import replace
 
-from registry.appkeys import CLOCK, REGISTRY, WRITER
+from registry.appkeys import CHECKER, CLOCK, REGISTRY, SETTINGS, WRITER
+from registry.checks.spec import KIND as CHECK_KEYS
+from registry.checks.spec import refuse_bad_check
 from registry.codec import wire
 from registry.core.model import InstanceStatus
 from registry.core.overrides import Note
@@ -70,12 +73,13 @@ async def update_metadata(request: web.Request) -> web.Response:
             wire.check_text(key, "metadata")
             wire.check_text(value, f"metadata.{key}")
             entries[key] = value
-    request.app[REGISTRY].update_metadata(
-        params.app_name(request),
-        request.match_info["id"],
-        entries,
-        now_ms=request.app[CLOCK].wall_ms(),
-    )
+    registry, app, iid = request.app[REGISTRY], params.app_name(request), request.match_info["id"]
+    now_ms = request.app[CLOCK].wall_ms()
+    if any(key.startswith(CHECK_KEYS) for key in entries):  # the check it would ask for
+        instance = registry.get(app, iid, now_ms=now_ms).instance
+        changed = replace(instance, metadata={**instance.metadata, **entries})
+        refuse_bad_check(changed, request.app[SETTINGS])
+    registry.update_metadata(app, iid, entries, now_ms=now_ms)
     return web.Response()
 
 
@@ -171,8 +175,26 @@ async def explain(request: web.Request) -> web.Response:
             "setBy": note.by,
             "expiresAt": note.expires_ms,
         },
+        "healthCheck": _health_check(request, instance.instance_id),
     }
     return web.Response(body=orjson.dumps(body), content_type="application/json")
+
+
+def _health_check(request: web.Request, instance_id: str) -> dict[str, object] | None:
+    """The server-side check of the instance, if it asks for one: where it goes, its last
+    result, and whether it holds the instance DOWN (then its claim was DOWN, for the chain)."""
+    checker = request.app[CHECKER]
+    check = None if checker is None else checker.status_of(instance_id)
+    held = request.app[REGISTRY].checks.get(instance_id)
+    if check is None and held is None:
+        return None
+    return {
+        **(check or {}),
+        "heldDown": held is not None,
+        "heldDownSince": None if held is None else held.since_ms,
+        "heldDownBecause": None if held is None else held.detail,
+        "clientClaims": None if held is None else held.claim.value,
+    }
 
 
 def _admin(request: web.Request) -> str | None:

@@ -6,7 +6,8 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 from msgspec.structs import replace
 
-from registry.appkeys import CLOCK, MEMORY, QUOTAS, REGISTRY
+from registry.appkeys import CLOCK, MEMORY, QUOTAS, REGISTRY, SETTINGS
+from registry.checks.spec import refuse_bad_check
 from registry.codec import instance_from_wire, wire
 from registry.codec.wire import ERROR_HEADER, REGISTRATION_HEADER
 from registry.common.clock import Clock
@@ -33,6 +34,8 @@ async def register(request: web.Request) -> web.Response:
         skew_ms=params.skew_ms(request),
     )
     replication = params.is_replication(request)
+    if not replication:  # a peer's copy was held to this where it was registered
+        refuse_bad_check(instance, request.app[SETTINGS])
     if instance.overridden_status is not InstanceStatus.UNKNOWN and not (
         replication or auth.may_administer(request)
     ):

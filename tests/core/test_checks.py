@@ -96,3 +96,13 @@ def test_the_verdict_goes_with_the_instance(registry: Registry):
     assert "i-1" not in registry.checks
     registry.register(make("i-1", dirty=T0 + 3), now_ms=T0 + 3)
     assert S.UP is status_of(registry)
+
+
+def test_a_peers_copy_while_held_keeps_the_clients_claim(registry: Registry):
+    """A peer's copy may carry a check's DOWN: it is no client's claim, and the recovery
+    restores the client's."""
+    registry.check_failed("ORDERS", "i-1", "timed out", now_ms=T0 + 1)
+    copy = make("i-1", status=S.DOWN, dirty=T0 + 2)
+    registry.register(copy, now_ms=T0 + 2, is_replication=True)
+    registry.check_passed("ORDERS", "i-1", now_ms=T0 + 3)
+    assert S.UP is status_of(registry)

@@ -1,0 +1,233 @@
+"""The checks this node runs: every instance that asks for one (registry/checks/spec.py), on
+its own schedule, started with jitter (a deploy's instances, registered together, are not
+checked together), at most `health_check_rate` started a second and `health_check_concurrency`
+running at once, each bounded by its timeout.
+
+`health_check_failures` failures in a row hold the instance DOWN, `health_check_successes`
+successes in a row release it (`Registry.check_failed` / `check_passed`: the core decides
+what the instance shows, core/checks.py). A registration that changes what the check asks
+for starts its count afresh; a removed instance is checked no more.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import random
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+import structlog
+
+from registry.checks.probe import USER_AGENT, Outcome, probe
+from registry.checks.spec import CheckSpec, check_spec
+from registry.common.clock import Clock
+from registry.common.tasks import wait_set
+from registry.core.model import ActionType, ChangeEvent
+from registry.core.registry import Registry
+from registry.core.subscriber import Subscriber
+from registry.errors import BadInput, UnknownInstance
+from registry.health.histogram import Histogram
+from registry.settings import Settings
+
+log = structlog.get_logger()
+
+LATENCY_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 2.0, 5.0, 30.0)
+
+
+@dataclass(slots=True)
+class Checked:
+    app: str
+    instance_id: str
+    spec: CheckSpec
+    failures: int = 0  # in a row
+    successes: int = 0  # in a row
+    last: Outcome | None = None
+    last_at_ms: int = 0
+    running: bool = False
+
+
+@dataclass(slots=True)
+class CheckStats:
+    checks: int = 0
+    failures: int = 0
+    latency: Histogram = field(default_factory=lambda: Histogram(LATENCY_BUCKETS))
+
+
+class Checker(Subscriber):
+    def __init__(
+        self,
+        registry: Registry,
+        clock: Clock,
+        settings: Settings,
+        *,
+        rng: random.Random | None = None,
+    ) -> None:
+        self._registry = registry
+        self._clock = clock
+        self._settings = settings
+        self._rng = rng or random.Random()
+        self.checked: dict[str, Checked] = {}  # by instance id
+        self._due: list[tuple[float, int, str, CheckSpec]] = []  # (when, order, id, spec)
+        self._order = 0
+        self._wake = asyncio.Event()
+        self._tokens = settings.health_check_rate
+        self._refilled = clock.monotonic()
+        self._running: set[asyncio.Task[None]] = set()
+        self._slots = asyncio.Semaphore(settings.health_check_concurrency)
+        self.stats = CheckStats()
+
+    # What the registry tells ----------------------------------------------------------------
+
+    def on_change(self, event: ChangeEvent) -> None:
+        instance = event.lease.instance
+        iid = instance.instance_id
+        if event.action is ActionType.DELETED:
+            self.checked.pop(iid, None)
+            return
+        spec = self._spec(event.lease.instance)
+        known = self.checked.get(iid)
+        if spec is None:
+            if known is not None:
+                del self.checked[iid]
+        elif known is None or known.spec != spec:
+            self.checked[iid] = Checked(instance.app, iid, spec)
+            self._schedule(iid, spec, self._rng.uniform(0, spec.interval))
+
+    def on_load(self, registry: Registry) -> None:
+        self.checked.clear()
+        self._due.clear()
+        for lease in registry.leases():
+            spec = self._spec(lease.instance)
+            if spec is not None:
+                iid = lease.instance.instance_id
+                self.checked[iid] = Checked(lease.instance.app, iid, spec)
+                self._schedule(iid, spec, self._rng.uniform(0, spec.interval))
+
+    def _spec(self, instance: Any) -> CheckSpec | None:
+        try:
+            return check_spec(instance, allow_loopback=self._settings.health_check_loopback)
+        except BadInput:
+            return None  # a peer's copy or a stored one this node would not have taken
+
+    def _schedule(self, iid: str, spec: CheckSpec, delay: float) -> None:
+        self._order += 1
+        heapq.heappush(self._due, (self._clock.monotonic() + delay, self._order, iid, spec))
+        self._wake.set()
+
+    # Running ---------------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Start checks as they come due, until cancelled (running checks are cancelled too)."""
+        timeout = aiohttp.ClientTimeout(total=None)
+        connector = aiohttp.TCPConnector(limit=0, force_close=True)
+        async with aiohttp.ClientSession(
+            timeout=timeout, connector=connector, headers={"User-Agent": USER_AGENT}
+        ) as session:
+            try:
+                while True:
+                    await self._start_due(session)
+            finally:
+                for task in self._running:
+                    task.cancel()
+                await asyncio.gather(*self._running, return_exceptions=True)
+
+    async def _start_due(self, session: aiohttp.ClientSession) -> None:
+        if not self._due:
+            self._wake.clear()
+            await wait_set(self._clock, self._wake, 60.0)
+            return
+        when, _, iid, spec = self._due[0]
+        wait = when - self._clock.monotonic()
+        if wait > 0:
+            self._wake.clear()
+            await wait_set(self._clock, self._wake, wait)
+            return
+        heapq.heappop(self._due)
+        checked = self.checked.get(iid)
+        if checked is None or checked.spec != spec:
+            return  # gone, or asking for another check (scheduled on its own)
+        if checked.running:  # still running its last check: come again next interval
+            self._schedule(iid, spec, spec.interval)
+            return
+        await self._take_token()
+        await self._slots.acquire()
+        checked.running = True
+        self._schedule(iid, spec, spec.interval)
+        task = asyncio.create_task(self._check(session, checked), name=f"check {iid}")
+        self._running.add(task)
+        task.add_done_callback(self._running.discard)
+
+    async def _take_token(self) -> None:
+        """At most `health_check_rate` checks started a second (bursts of as many)."""
+        rate = self._settings.health_check_rate
+        while True:
+            now = self._clock.monotonic()
+            self._tokens = min(rate, self._tokens + (now - self._refilled) * rate)
+            self._refilled = now
+            if self._tokens >= 1:
+                self._tokens -= 1
+                return
+            await self._clock.sleep((1 - self._tokens) / rate)
+
+    async def _check(self, session: aiohttp.ClientSession, checked: Checked) -> None:
+        try:
+            outcome = await probe(checked.spec, session, self._clock)
+        finally:
+            checked.running = False
+            self._slots.release()
+        self._record(checked, outcome)
+
+    def _record(self, checked: Checked, outcome: Outcome) -> None:
+        stats = self.stats
+        stats.checks += 1
+        stats.latency.record(outcome.seconds)
+        checked.last, checked.last_at_ms = outcome, self._clock.wall_ms()
+        if self.checked.get(checked.instance_id) is not checked:
+            return  # gone, or asking for another check meanwhile
+        settings, registry = self._settings, self._registry
+        now_ms = self._clock.wall_ms()
+        try:
+            if outcome.healthy:
+                checked.failures, checked.successes = 0, checked.successes + 1
+                held = checked.instance_id in registry.checks
+                if held and checked.successes >= settings.health_check_successes:
+                    registry.check_passed(checked.app, checked.instance_id, now_ms=now_ms)
+                    log.info("check_passed", app=checked.app, instance_id=checked.instance_id)
+                return
+            stats.failures += 1
+            checked.successes, checked.failures = 0, checked.failures + 1
+            if checked.failures >= settings.health_check_failures:
+                changed = registry.check_failed(
+                    checked.app, checked.instance_id, outcome.detail, now_ms=now_ms
+                )
+                if changed:
+                    log.info(
+                        "check_failed",
+                        app=checked.app,
+                        instance_id=checked.instance_id,
+                        detail=outcome.detail,
+                        failures=checked.failures,
+                    )
+        except UnknownInstance:
+            self.checked.pop(checked.instance_id, None)  # its lease ran out meanwhile
+
+    # Reading ---------------------------------------------------------------------------------
+
+    def status_of(self, instance_id: str) -> dict[str, Any] | None:
+        """The instance's check, for status/explain and the status page."""
+        checked = self.checked.get(instance_id)
+        if checked is None:
+            return None
+        last = checked.last
+        return {
+            "check": checked.spec.describe(),
+            "interval": checked.spec.interval,
+            "timeout": checked.spec.timeout,
+            "failuresInARow": checked.failures,
+            "successesInARow": checked.successes,
+            "lastResult": None if last is None else last.detail,
+            "lastHealthy": None if last is None else last.healthy,
+            "lastCheckedAt": checked.last_at_ms or None,
+        }

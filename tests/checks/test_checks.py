@@ -1,0 +1,219 @@
+"""Server-side health checks against real HTTP and TCP servers on loopback that answer
+healthy, then fail, then recover: the instance goes DOWN after the configured failures and UP
+after the successes, seen through a fetch, the delta and status/explain; an admin's override
+stands; a check that would go anywhere but the instance is refused with a 400.
+
+The registry runs on a fake clock: each step moves it a little and lets the real checks'
+round trips happen."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestClient, TestServer
+
+from registry import FakeClock, Settings, create_app
+from tests.helpers import JSON, instance_doc
+from tests.peers.apps import AiohttpClient, AiohttpServer
+
+CHECKED = {
+    "registry.check": "http",
+    "registry.check.interval": "1",
+    "registry.check.timeout": "0.5",
+}
+
+
+class Target:
+    """A service's health endpoint that answers `status`."""
+
+    def __init__(self) -> None:
+        self.status = 200
+        self.calls = 0
+
+    async def health(self, request: web.Request) -> web.Response:
+        self.calls += 1
+        return web.Response(status=self.status, text="ok" if self.status == 200 else "failing")
+
+
+@pytest.fixture
+async def target(aiohttp_server: AiohttpServer) -> tuple[Target, TestServer]:
+    service = Target()
+    app = web.Application()
+    app.router.add_get("/health", service.health)
+    return service, await aiohttp_server(app, host="127.0.0.1")
+
+
+@pytest.fixture
+async def node(aiohttp_client: AiohttpClient, clock: FakeClock) -> TestClient:
+    settings = Settings(store=False, health_check_loopback=True)
+    return await aiohttp_client(create_app(settings, clock=clock))
+
+
+def checked_doc(port: int, **metadata: str) -> dict[str, Any]:
+    return instance_doc(
+        "ORDERS",
+        "i-1",
+        ipAddr="127.0.0.1",
+        hostName="orders-1.internal",
+        port={"$": port, "@enabled": "true"},
+        healthCheckUrl=f"http://127.0.0.1:{port}/health",
+        metadata={**CHECKED, **metadata},
+    )
+
+
+async def register(node: TestClient, doc: dict[str, Any]) -> int:
+    response = await node.post("/eureka/apps/ORDERS", json={"instance": doc})
+    return response.status
+
+
+async def status(node: TestClient) -> str:
+    document = await (await node.get("/eureka/apps/ORDERS/i-1", headers=JSON)).json()
+    return str(document["instance"]["status"])
+
+
+async def run_checks(clock: FakeClock, seconds: float) -> None:
+    """Move the clock `seconds` in steps, letting the checks' real round trips complete."""
+    for _ in range(int(seconds * 10)):
+        await clock.advance(0.1)
+        await asyncio.sleep(0.01)
+
+
+class TestHttpCheck:
+    async def test_down_after_failures_and_up_after_successes(
+        self, node: TestClient, target: tuple[Target, TestServer], clock: FakeClock
+    ):
+        service, server = target
+        assert 204 == await register(node, checked_doc(server.port))
+        await run_checks(clock, 2.5)
+        assert service.calls >= 1 and "UP" == await status(node)
+        service.status = 503
+        await run_checks(clock, 2.2)  # two failures: not yet
+        assert "UP" == await status(node)
+        await run_checks(clock, 1.5)  # the third
+        assert "DOWN" == await status(node)
+        delta = await (await node.get("/eureka/apps/delta", headers=JSON)).json()
+        [entry] = [i for a in delta["applications"]["application"] for i in a["instance"]]
+        assert ("DOWN", "MODIFIED") == (entry["status"], entry["actionType"])
+        explained = await (await node.get("/eureka/apps/ORDERS/i-1/status/explain")).json()
+        check = explained["healthCheck"]
+        assert (True, "HTTP 503", "UP") == (
+            check["heldDown"],
+            check["heldDownBecause"],
+            check["clientClaims"],
+        )
+        assert "DownOrStarting" == explained["decidedBy"]
+        service.status = 200
+        await run_checks(clock, 1.2)  # one success: still held
+        assert "DOWN" == await status(node)
+        await run_checks(clock, 1.5)
+        assert "UP" == await status(node)
+
+    async def test_an_override_stands_through_a_recovery(
+        self, node: TestClient, target: tuple[Target, TestServer], clock: FakeClock
+    ):
+        service, server = target
+        await register(node, checked_doc(server.port))
+        await node.put("/eureka/apps/ORDERS/i-1/status?value=OUT_OF_SERVICE")
+        service.status = 500
+        await run_checks(clock, 4.5)
+        assert "DOWN" == await status(node)
+        service.status = 200
+        await run_checks(clock, 3)
+        assert "OUT_OF_SERVICE" == await status(node)
+
+    async def test_a_cancelled_instance_is_checked_no_more(
+        self, node: TestClient, target: tuple[Target, TestServer], clock: FakeClock
+    ):
+        service, server = target
+        await register(node, checked_doc(server.port))
+        await run_checks(clock, 2)
+        assert 200 == (await node.delete("/eureka/apps/ORDERS/i-1")).status
+        calls = service.calls
+        await run_checks(clock, 3)
+        assert calls == service.calls
+
+
+class TestTcpCheck:
+    async def test_a_closed_port_is_down_and_an_open_one_up(
+        self, node: TestClient, clock: FakeClock
+    ):
+        accepted = 0
+
+        async def accept(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            nonlocal accepted
+            accepted += 1
+            writer.close()
+
+        listener = await asyncio.start_server(accept, "127.0.0.1", 0)
+        port = listener.sockets[0].getsockname()[1]
+        doc = checked_doc(port, **{"registry.check": "tcp"})
+        assert 204 == await register(node, doc)
+        await run_checks(clock, 2.5)
+        assert accepted >= 1 and "UP" == await status(node)
+        listener.close()
+        await listener.wait_closed()
+        await run_checks(clock, 4)
+        assert "DOWN" == await status(node)
+        listener = await asyncio.start_server(accept, "127.0.0.1", port)
+        try:
+            await run_checks(clock, 3)
+            assert "UP" == await status(node)
+        finally:
+            listener.close()
+            await listener.wait_closed()
+
+
+class TestGuardRails:
+    @pytest.mark.parametrize(
+        ("fields", "message"),
+        [
+            ({"healthCheckUrl": "http://10.9.9.9:8080/health"}, "not this instance"),
+            ({"healthCheckUrl": "http://127.0.0.1:9999/health"}, "not this instance's 8080"),
+            ({"healthCheckUrl": "ftp://127.0.0.1:8080/health"}, "not an http"),
+            ({"healthCheckUrl": None}, "needs a healthCheckUrl"),
+            ({"ipAddr": "orders.internal"}, "is not an address"),
+        ],
+    )
+    async def test_a_check_aimed_elsewhere_is_refused(
+        self, node: TestClient, fields: dict[str, Any], message: str
+    ):
+        doc = {**checked_doc(8080), **fields}
+        response = await node.post("/eureka/apps/ORDERS", json={"instance": doc})
+        assert 400 == response.status
+        assert message in (await response.json())["detail"]
+        assert 404 == (await node.get("/eureka/apps/ORDERS/i-1", headers=JSON)).status
+
+    @pytest.mark.parametrize(
+        ("metadata", "message"),
+        [
+            ({"registry.check": "icmp"}, "is not one of http, tcp"),
+            ({"registry.check.interval": "0.1"}, "is not from 1 to 3600"),
+            ({"registry.check.timeout": "soon"}, "is not a number of seconds"),
+        ],
+    )
+    async def test_bad_check_metadata_is_refused(
+        self, node: TestClient, metadata: dict[str, str], message: str
+    ):
+        response = await node.post(
+            "/eureka/apps/ORDERS", json={"instance": checked_doc(8080, **metadata)}
+        )
+        assert 400 == response.status
+        assert message in (await response.json())["detail"]
+
+    async def test_loopback_is_refused_unless_allowed(
+        self, aiohttp_client: AiohttpClient, clock: FakeClock
+    ):
+        node = await aiohttp_client(create_app(Settings(store=False), clock=clock))
+        response = await node.post("/eureka/apps/ORDERS", json={"instance": checked_doc(8080)})
+        assert 400 == response.status
+        assert "health_check_loopback" in (await response.json())["detail"]
+
+    async def test_an_admin_metadata_change_is_held_to_the_same_rules(self, node: TestClient):
+        doc = {**checked_doc(8080), "metadata": {"management.port": "8080"}}
+        assert 204 == await register(node, doc)
+        response = await node.put("/eureka/apps/ORDERS/i-1/metadata?registry.check=icmp")
+        assert 400 == response.status
+        assert 200 == (await node.put("/eureka/apps/ORDERS/i-1/metadata?registry.check=tcp")).status
