@@ -24,6 +24,7 @@ from prometheus_client.registry import Collector
 
 from registry.appkeys import (
     CACHE,
+    CHECKER,
     CLUSTER,
     CONNECTIONS,
     FEED,
@@ -148,6 +149,7 @@ class RegistryCollector(Collector):
         yield from _loop_lag(app)
         yield from _peers(app)
         yield from _store(app)
+        yield from _checks(app)
 
 
 def _peers(app: web.Application) -> Iterator[Metric]:
@@ -216,6 +218,30 @@ def _store(app: web.Application) -> Iterator[Metric]:
         "registry_store_corrupt_moved_aside",
         "1 when this run moved a corrupt database aside (and went on without it)",
         int(writer.moved_aside is not None),
+    )
+
+
+def _checks(app: web.Application) -> Iterator[Metric]:
+    checker = app[CHECKER]
+    if checker is None:
+        return
+    stats = checker.stats
+    yield _counter("registry_health_checks", "Server-side health checks run", stats.checks)
+    yield _counter(
+        "registry_health_check_failures", "Server-side health checks failed", stats.failures
+    )
+    yield stats.latency.family(
+        "registry_health_check_seconds", "How long a server-side health check took"
+    )
+    yield _gauge(
+        "registry_health_checked_instances",
+        "Instances with a server-side check",
+        len(checker.checked),
+    )
+    yield _gauge(
+        "registry_instances_down_by_check",
+        "Instances a server-side check holds DOWN",
+        len(app[REGISTRY].checks),
     )
 
 

@@ -19,7 +19,7 @@ from typing import Any
 
 from aiohttp import web
 
-from registry.appkeys import CLOCK, LIFECYCLE, PAGES, REGISTRY, SETTINGS
+from registry.appkeys import CHECKER, CLOCK, LIFECYCLE, PAGES, REGISTRY, SETTINGS
 from registry.common.tasks import Pacer
 from registry.core.model import InstanceStatus, Lease
 from registry.core.overrides import Note
@@ -86,10 +86,13 @@ async def _render(request: web.Request, admin: bool) -> str:
     }
     # A large registry's rows take a while (10 000: about 40 ms): let heartbeats in meanwhile.
     rows, pacer = [], Pacer()
+    checker = request.app[CHECKER]
     for lease in leases:
         # Why, who and until when are the admin plane's to read (as `overrides` is).
-        note = notes.of(lease.instance.instance_id, lease.instance.overridden_status)
-        rows.append(_row(lease, note if admin else None, now_ms=now_ms, admin=admin))
+        iid = lease.instance.instance_id
+        note = notes.of(iid, lease.instance.overridden_status)
+        check = _check(checker.status_of(iid)) if checker is not None else ""
+        rows.append(_row(lease, note if admin else None, check, now_ms=now_ms, admin=admin))
         await pacer.pace()
     empty = (
         f'<tr class="empty"><td colspan="{7 if admin else 6}">No instances registered.</td></tr>'
@@ -119,7 +122,15 @@ def _viewer(request: web.Request) -> str:
     return "Open: no credentials configured (loopback only)"
 
 
-def _row(lease: Lease, note: Note | None, *, now_ms: int, admin: bool) -> str:
+def _check(check: dict[str, Any] | None) -> str:
+    """Under the status: the server-side check and its last result, if the instance has one."""
+    if check is None:
+        return ""
+    last = check["lastResult"] or "not run yet"
+    return f'<div class="sub">{escape(check["check"])}: {escape(last)}</div>'
+
+
+def _row(lease: Lease, note: Note | None, check: str, *, now_ms: int, admin: bool) -> str:
     i = lease.instance
     port = i.port.number if i.port.enabled else i.secure_port.number
     left = (lease.last_renewal_ms + lease.duration_ms - now_ms) // 1000
@@ -138,7 +149,7 @@ def _row(lease: Lease, note: Note | None, *, now_ms: int, admin: bool) -> str:
         f"<td>{escape(i.app)}</td>"
         f'<td class="id">{escape(i.instance_id)}</td>'
         f'<td>{escape(i.host_name)}<div class="sub">{escape(i.ip_addr)}:{port}</div></td>'
-        f'<td class="current">{_badge(i.status)}</td>'
+        f'<td class="current">{_badge(i.status)}{check}</td>'
         f'<td class="override">{override}</td>'
         f'<td class="lease">{"expired" if lease.is_expired(now_ms) else f"{left} s"}</td>'
         f"{actions}</tr>"
@@ -189,6 +200,18 @@ def _summary(app: web.Application, now_ms: int) -> str:
         _preservation(health["selfPreservation"]),
         _store(health["store"]),
     ]
+    checker = app[CHECKER]
+    if checker is not None and checker.checked:
+        held = len(registry.checks)
+        cards.append(
+            _card(
+                "Health checks",
+                "warn" if held else "ok",
+                f"{_count(len(checker.checked), 'instance')} checked",
+                f"{held} held DOWN by their check · {checker.stats.checks} checks run, "
+                f"{checker.stats.failures} failed",
+            )
+        )
     membership = health["membership"]
     if membership["dns"] is not None:
         cards.append(_peer_dns(membership["dns"], len(health["peers"])))

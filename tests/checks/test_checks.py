@@ -9,6 +9,7 @@ round trips happen."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -16,6 +17,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
 from registry import FakeClock, Settings, create_app
+from registry.appkeys import CHECKER
 from tests.helpers import JSON, instance_doc
 from tests.peers.apps import AiohttpClient, AiohttpServer
 
@@ -81,18 +83,35 @@ async def run_checks(clock: FakeClock, seconds: float) -> None:
         await asyncio.sleep(0.01)
 
 
+async def checks_until(clock: FakeClock, done: Callable[[], bool], seconds: float = 30) -> None:
+    """Move the clock in steps until `done()` (checks are real round trips: on a busy machine
+    one may take more than a step)."""
+    for _ in range(int(seconds * 10)):
+        if done():
+            return
+        await clock.advance(0.1)
+        await asyncio.sleep(0.01)
+    raise AssertionError("the checks did not get there")
+
+
+def in_a_row(node: TestClient) -> tuple[int, int]:
+    """The instance's failures and successes in a row."""
+    checked = node.app[CHECKER].checked["i-1"]  # type: ignore[index,union-attr]
+    return checked.failures, checked.successes
+
+
 class TestHttpCheck:
     async def test_down_after_failures_and_up_after_successes(
         self, node: TestClient, target: tuple[Target, TestServer], clock: FakeClock
     ):
         service, server = target
         assert 204 == await register(node, checked_doc(server.port))
-        await run_checks(clock, 2.5)
-        assert service.calls >= 1 and "UP" == await status(node)
-        service.status = 503
-        await run_checks(clock, 2.2)  # two failures: not yet
+        await checks_until(clock, lambda: service.calls >= 1 and in_a_row(node)[1] >= 1)
         assert "UP" == await status(node)
-        await run_checks(clock, 1.5)  # the third
+        service.status = 503
+        await checks_until(clock, lambda: in_a_row(node)[0] == 2)
+        assert "UP" == await status(node)  # two failures: not yet
+        await checks_until(clock, lambda: in_a_row(node)[0] == 3)
         assert "DOWN" == await status(node)
         delta = await (await node.get("/eureka/apps/delta", headers=JSON)).json()
         [entry] = [i for a in delta["applications"]["application"] for i in a["instance"]]
@@ -106,9 +125,9 @@ class TestHttpCheck:
         )
         assert "DownOrStarting" == explained["decidedBy"]
         service.status = 200
-        await run_checks(clock, 1.2)  # one success: still held
-        assert "DOWN" == await status(node)
-        await run_checks(clock, 1.5)
+        await checks_until(clock, lambda: in_a_row(node)[1] == 1)
+        assert "DOWN" == await status(node)  # one success: still held
+        await checks_until(clock, lambda: in_a_row(node)[1] == 2)
         assert "UP" == await status(node)
 
     async def test_an_override_stands_through_a_recovery(
@@ -118,10 +137,10 @@ class TestHttpCheck:
         await register(node, checked_doc(server.port))
         await node.put("/eureka/apps/ORDERS/i-1/status?value=OUT_OF_SERVICE")
         service.status = 500
-        await run_checks(clock, 4.5)
+        await checks_until(clock, lambda: in_a_row(node)[0] == 3)
         assert "DOWN" == await status(node)
         service.status = 200
-        await run_checks(clock, 3)
+        await checks_until(clock, lambda: in_a_row(node)[1] == 2)
         assert "OUT_OF_SERVICE" == await status(node)
 
     async def test_a_cancelled_instance_is_checked_no_more(
@@ -129,7 +148,7 @@ class TestHttpCheck:
     ):
         service, server = target
         await register(node, checked_doc(server.port))
-        await run_checks(clock, 2)
+        await checks_until(clock, lambda: service.calls >= 1)
         assert 200 == (await node.delete("/eureka/apps/ORDERS/i-1")).status
         calls = service.calls
         await run_checks(clock, 3)
@@ -151,15 +170,21 @@ class TestTcpCheck:
         port = listener.sockets[0].getsockname()[1]
         doc = checked_doc(port, **{"registry.check": "tcp"})
         assert 204 == await register(node, doc)
-        await run_checks(clock, 2.5)
-        assert accepted >= 1 and "UP" == await status(node)
+        await checks_until(clock, lambda: accepted >= 1 and in_a_row(node)[1] >= 1)
+        assert "UP" == await status(node)
         listener.close()
         await listener.wait_closed()
-        await run_checks(clock, 4)
+        await checks_until(clock, lambda: in_a_row(node)[0] == 3)
         assert "DOWN" == await status(node)
+        page = await (await node.get("/")).text()
+        assert f"tcp 127.0.0.1:{port}: connection refused" in page
+        assert "1 held DOWN by their check" in page
+        metrics = await (await node.get("/metrics")).text()
+        assert "registry_instances_down_by_check 1.0" in metrics
+        assert "registry_health_check_failures_total 3.0" in metrics
         listener = await asyncio.start_server(accept, "127.0.0.1", port)
         try:
-            await run_checks(clock, 3)
+            await checks_until(clock, lambda: in_a_row(node)[1] == 2)
             assert "UP" == await status(node)
         finally:
             listener.close()

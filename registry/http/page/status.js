@@ -44,7 +44,8 @@ function badge(status) {
 function patch(row, instance) {
   row.dataset.status = instance.status;
   row.dataset.override = instance.overriddenStatus;
-  row.querySelector(".current").replaceChildren(badge(instance.status));
+  // The badge only: a server-side check's last result under it stays until the next refresh.
+  row.querySelector(".current .status").replaceWith(badge(instance.status));
   const override = row.querySelector(".override");
   if (instance.overriddenStatus === "UNKNOWN") {
     override.replaceChildren();
