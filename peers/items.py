@@ -18,7 +18,9 @@ from typing import Any
 import orjson
 
 from peers.pending import Task
+from registry.checks.spec import KIND as CHECK_KIND
 from registry.codec import json_codec
+from registry.codec.checks import held_fields
 from registry.codec.notes import note_fields
 from registry.core.model import InstanceStatus, ReplicationAction
 from registry.core.overrides import Note
@@ -68,6 +70,10 @@ def encode(
             item["overriddenStatus"] = instance.overridden_status.value
         if task.action is _A.REGISTER:
             item["instanceInfo"] = json_codec.instance_dict(lease)
+            if not stock and CHECK_KIND in instance.metadata:
+                # Whether a server-side check holds it DOWN, so that every node holds it alike
+                # and any of them can take the check over (registry/checks/).
+                item["checkHeld"] = held_fields(registry.checks.get(task.instance_id))
     elif stock:
         if task.action is not _A.CANCEL:
             item["lastDirtyTimestamp"] = task.last_dirty_ms

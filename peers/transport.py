@@ -78,6 +78,10 @@ class PeerClient:
         # Whether the peer is a stock Eureka server (None: not known yet): batch items for one
         # leave out the fields of ours it cannot read.
         self.stock: bool | None = None
+        self.epoch: str | None = None  # the peer's run, as its answers name it (ours only)
+        # Whether its last call was answered (None: none made yet): any call, a batch, a
+        # sync's fetch or anti-entropy's, so a node with nothing to replicate still knows.
+        self.answering: bool | None = None
 
     def _learn(self, headers: Mapping[str, str], status: int) -> None:
         """Every answer of our nodes, errors included, names its epoch; a stock Eureka server's
@@ -86,6 +90,7 @@ class PeerClient:
         A 5xx says nothing either way."""
         if EPOCH_HEADER in headers:
             self.stock = False
+            self.epoch = headers[EPOCH_HEADER]
         elif self.stock is None and status < 500:
             self.stock = True
 
@@ -130,13 +135,17 @@ class PeerClient:
                 body = await response.read()
                 status = response.status
                 self._learn(response.headers, status)
+                self.answering = status < 500
         except aiohttp.ConnectionTimeoutError as exc:  # no connection: unreachable, not busy
+            self.answering = False
             raise PeerUnavailable(
                 f"{self.url}: connect timed out ({exc!r})", congested=False
             ) from None
         except TimeoutError as exc:
+            self.answering = False
             raise PeerUnavailable(f"{self.url}: timed out ({exc!r})", congested=True) from None
         except aiohttp.ClientError as exc:
+            self.answering = False
             raise PeerUnavailable(f"{self.url}: {exc}", congested=False) from None
         if status == 200:
             try:

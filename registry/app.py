@@ -122,7 +122,11 @@ def create_app(
         if settings.max_instances_per_credential
         else None
     )
-    checker = Checker(registry, clock, settings) if settings.health_checks else None
+    checker = (
+        Checker(registry, clock, settings, members=cluster.members)
+        if settings.health_checks
+        else None
+    )
     # Who the registry tells, in this order (the store writer joins as the app starts: _store).
     parts = (journal, catalog, cache, preservation, feed, counts, digests, quotas, checker, cluster)
     for part in parts:

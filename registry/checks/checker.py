@@ -1,7 +1,8 @@
-"""The checks this node runs: every instance that asks for one (registry/checks/spec.py), on
-its own schedule, started with jitter (a deploy's instances, registered together, are not
-checked together), at most `health_check_rate` started a second and `health_check_concurrency`
-running at once, each bounded by its timeout.
+"""The checks this node runs: every instance that asks for one (registry/checks/spec.py) and
+that this node is the one to check (registry/checks/owner.py: one node per instance among those
+that answer; the verdicts replicate), on its own schedule, started with jitter (a deploy's
+instances, registered together, are not checked together), at most `health_check_rate`
+started a second and `health_check_concurrency` running at once, each bounded by its timeout.
 
 `health_check_failures` failures in a row hold the instance DOWN, `health_check_successes`
 successes in a row release it (`Registry.check_failed` / `check_passed`: the core decides
@@ -14,12 +15,14 @@ from __future__ import annotations
 import asyncio
 import heapq
 import random
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
 import structlog
 
+from registry.checks.owner import owner
 from registry.checks.probe import USER_AGENT, Outcome, probe
 from registry.checks.spec import CheckSpec, check_spec
 from registry.common.clock import Clock
@@ -62,9 +65,11 @@ class Checker(Subscriber):
         clock: Clock,
         settings: Settings,
         *,
+        members: Callable[[], Sequence[str]] = lambda: (),
         rng: random.Random | None = None,
     ) -> None:
         self._registry = registry
+        self._members = members  # the nodes that answer, by epoch (peers/cluster.py)
         self._clock = clock
         self._settings = settings
         self._rng = rng or random.Random()
@@ -151,6 +156,10 @@ class Checker(Subscriber):
         if checked.running:  # still running its last check: come again next interval
             self._schedule(iid, spec, spec.interval)
             return
+        if not self.checks_here(iid):  # another node's to check: its verdicts replicate here
+            checked.failures = checked.successes = 0
+            self._schedule(iid, spec, spec.interval)
+            return
         await self._take_token()
         await self._slots.acquire()
         checked.running = True
@@ -158,6 +167,11 @@ class Checker(Subscriber):
         task = asyncio.create_task(self._check(session, checked), name=f"check {iid}")
         self._running.add(task)
         task.add_done_callback(self._running.discard)
+
+    def checks_here(self, instance_id: str) -> bool:
+        """Whether this node is the one that checks the instance (registry/checks/owner.py)."""
+        members = self._members()
+        return len(members) < 2 or owner(instance_id, members) == self._registry.epoch
 
     async def _take_token(self) -> None:
         """At most `health_check_rate` checks started a second (bursts of as many)."""
@@ -223,6 +237,7 @@ class Checker(Subscriber):
         last = checked.last
         return {
             "check": checked.spec.describe(),
+            "checkedHere": self.checks_here(instance_id),
             "interval": checked.spec.interval,
             "timeout": checked.spec.timeout,
             "failuresInARow": checked.failures,

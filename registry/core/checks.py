@@ -58,6 +58,14 @@ class CheckVerdicts:
             held.claim = claim
         return InstanceStatus.DOWN
 
+    def take(self, instance_id: str, held: HeldDown | None) -> HeldDown | None:
+        """A peer's word on the instance (a replicated registration carries it): held as it
+        says, or not held; what was held here before."""
+        before = self._held.pop(instance_id, None)
+        if held is not None:
+            self._held[instance_id] = held
+        return before
+
     def release(self, instance_id: str) -> InstanceStatus | None:
         """The check passes again (or the instance went): the client's claim, if held."""
         held = self._held.pop(instance_id, None)

@@ -46,6 +46,7 @@ from orjson import Fragment
 from registry import errors
 from registry.appkeys import CLOCK, CLUSTER, DIGESTS, REGISTRY
 from registry.codec import instance_from_wire, json_codec, wire
+from registry.codec.checks import held_from_item
 from registry.codec.notes import note_from, notes_document, removals_document
 from registry.common.tasks import Pacer
 from registry.core.model import InstanceStatus, ReplicationAction
@@ -210,9 +211,17 @@ def apply(registry: Registry, item: object, now_ms: int, skew_ms: int) -> None:
             lease_info.get("lastRenewalTimestamp") if isinstance(lease_info, Mapping) else None,
             "instanceInfo.leaseInfo.lastRenewalTimestamp",
         )
-        registry.register(
-            instance, now_ms=now_ms, is_replication=True, last_renewal_ms=renewed or now_ms
-        )
+        if "checkHeld" in item:  # a check's hold, as the sender has it: taken before the
+            # registration, which the chain then decides with it (registry/core/checks.py)
+            before = registry.checks.take(iid, held_from_item(item["checkHeld"]))
+        try:
+            registry.register(
+                instance, now_ms=now_ms, is_replication=True, last_renewal_ms=renewed or now_ms
+            )
+        except errors.RegistryError:
+            if "checkHeld" in item:
+                registry.checks.take(iid, before)  # nothing was registered: nothing held
+            raise
     elif action is _A.HEARTBEAT:
         overridden = wire.status(
             item.get("overriddenStatus"), "overriddenStatus", default=InstanceStatus.UNKNOWN

@@ -1,0 +1,94 @@
+"""Server-side checks across three real nodes: each instance is checked by one node, its
+verdict reaches the other two (DOWN everywhere, then UP everywhere), and when the node that
+checks an instance is killed another takes its check over."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+
+from tests.checks.test_checks import Target
+from tests.helpers import eventually, instance_doc
+from tests.nodes import Node
+from tests.peers.apps import AiohttpServer
+
+pytestmark = pytest.mark.slow
+
+INSTANCES = [f"i-{n}" for n in range(6)]
+SETTINGS = {
+    "health_check_loopback": "true",
+    "health_check_failures": 2,
+    "health_check_successes": 1,
+    "peer_probe_interval": 0.5,
+}
+
+
+@pytest.fixture
+async def target(aiohttp_server: AiohttpServer) -> tuple[Target, TestServer]:
+    service = Target()
+    app = web.Application()
+    app.router.add_get("/health", service.health)
+    return service, await aiohttp_server(app, host="127.0.0.1")
+
+
+def doc(iid: str, port: int) -> dict[str, Any]:
+    return instance_doc(
+        "ORDERS",
+        iid,
+        ipAddr="127.0.0.1",
+        port={"$": port, "@enabled": "true"},
+        healthCheckUrl=f"http://127.0.0.1:{port}/health",
+        metadata={"registry.check": "http", "registry.check.interval": "1"},
+    )
+
+
+async def checks(node: Node, iid: str) -> dict[str, Any] | None:
+    status, explained = await node.call("GET", f"apps/ORDERS/{iid}/status/explain")
+    assert 200 == status, explained
+    return explained["healthCheck"]  # type: ignore[no-any-return]
+
+
+async def checkers(nodes: list[Node], iid: str) -> list[int]:
+    """The ports of the nodes that check `iid` (by their own account)."""
+    return [n.port for n in nodes if (await checks(n, iid) or {}).get("checkedHere")]
+
+
+async def statuses(nodes: list[Node], iid: str) -> set[str]:
+    return {(await n.instance("ORDERS", iid) or {}).get("status", "gone") for n in nodes}
+
+
+async def test_one_checker_per_instance_verdicts_everywhere_and_a_takeover(
+    nodes, target: tuple[Target, TestServer]
+):
+    service, server = target
+    cluster = await nodes.cluster(3, **SETTINGS)
+    for n, iid in enumerate(INSTANCES):
+        status, answer = await cluster[n % 3].call(
+            "POST", "apps/ORDERS", body={"instance": doc(iid, server.port)}
+        )
+        assert 204 == status, answer
+    for iid in INSTANCES:  # once the nodes know each other, one checks each instance
+        await eventually(lambda iid=iid: checkers(cluster, iid), lambda found: len(found) == 1)
+    owners = {iid: (await checkers(cluster, iid))[0] for iid in INSTANCES}
+    assert len(set(owners.values())) > 1  # shared out, not all on one node
+
+    service.status = 503  # every instance fails: DOWN on every node
+    for iid in INSTANCES:
+        await eventually(lambda iid=iid: statuses(cluster, iid), lambda s: s == {"DOWN"})
+    service.status = 200
+    for iid in INSTANCES:
+        await eventually(lambda iid=iid: statuses(cluster, iid), lambda s: s == {"UP"})
+
+    # The node that checks i-0 dies: one of the others takes its check over, and its verdict
+    # still reaches the survivor.
+    dead = next(n for n in cluster if n.port == owners["i-0"])
+    await dead.kill()
+    alive = [n for n in cluster if n is not dead]
+    await eventually(lambda: checkers(alive, "i-0"), lambda found: len(found) == 1)
+    service.status = 503
+    await eventually(lambda: statuses(alive, "i-0"), lambda s: s == {"DOWN"})
+    service.status = 200
+    await eventually(lambda: statuses(alive, "i-0"), lambda s: s == {"UP"})
