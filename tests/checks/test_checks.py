@@ -13,39 +13,19 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
 from registry import FakeClock, Settings, create_app
 from registry.appkeys import CHECKER
+from tests.checks.conftest import Target
 from tests.helpers import JSON, instance_doc
-from tests.peers.apps import AiohttpClient, AiohttpServer
+from tests.peers.apps import AiohttpClient
 
 CHECKED = {
     "registry.check": "http",
     "registry.check.interval": "1",
     "registry.check.timeout": "0.5",
 }
-
-
-class Target:
-    """A service's health endpoint that answers `status`."""
-
-    def __init__(self) -> None:
-        self.status = 200
-        self.calls = 0
-
-    async def health(self, request: web.Request) -> web.Response:
-        self.calls += 1
-        return web.Response(status=self.status, text="ok" if self.status == 200 else "failing")
-
-
-@pytest.fixture
-async def target(aiohttp_server: AiohttpServer) -> tuple[Target, TestServer]:
-    service = Target()
-    app = web.Application()
-    app.router.add_get("/health", service.health)
-    return service, await aiohttp_server(app, host="127.0.0.1")
 
 
 @pytest.fixture

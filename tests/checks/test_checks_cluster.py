@@ -7,13 +7,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from tests.checks.test_checks import Target
+from tests.checks.conftest import Target
 from tests.helpers import eventually, instance_doc
 from tests.nodes import Node
-from tests.peers.apps import AiohttpServer
 
 pytestmark = pytest.mark.slow
 
@@ -24,14 +22,6 @@ SETTINGS = {
     "health_check_successes": 1,
     "peer_probe_interval": 0.5,
 }
-
-
-@pytest.fixture
-async def target(aiohttp_server: AiohttpServer) -> tuple[Target, TestServer]:
-    service = Target()
-    app = web.Application()
-    app.router.add_get("/health", service.health)
-    return service, await aiohttp_server(app, host="127.0.0.1")
 
 
 def doc(iid: str, port: int) -> dict[str, Any]:
