@@ -22,6 +22,7 @@ import structlog
 
 from registry.codec import instance_from_wire, wire
 from registry.codec.notes import notes_from_document, removals_from_document
+from registry.core.checks import held_by_server
 from registry.core.model import InstanceInfo, InstanceStatus, Lease
 from registry.core.registry import Registry
 from registry.core.tombstones import Tombstone
@@ -91,8 +92,8 @@ async def merge(
                 log.warning("peer_instance_unreadable", detail=str(exc))
                 continue
             renewed = renewed or now_ms
-            if renewed + instance.duration_secs * 1000 < now_ms:
-                continue  # its lease has run out there too
+            if renewed + instance.duration_secs * 1000 < now_ms and not held_by_server(instance):
+                continue  # its lease has run out there too (a lease the registry holds never)
             if _wanted(_ours(registry, instance, now_ms), instance):
                 adopted += registry.adopt(instance, now_ms=now_ms, last_renewal_ms=renewed)
     return adopted

@@ -14,7 +14,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from registry.core.model import InstanceStatus
+from registry.core.model import InstanceInfo, InstanceStatus
+
+# An instance registered by an admin for something that cannot heartbeat (a database, a
+# legacy service) carries `registry.lease = server`: the registry holds its lease, so silence
+# never evicts it (its check marks it DOWN), and only an admin removes it.
+SERVER_LEASE_KEY = "registry.lease"
+HELD_FOREVER_MS = 2**62  # a lease's grace that no clock reaches
+
+
+def held_by_server(instance: InstanceInfo) -> bool:
+    return instance.metadata.get(SERVER_LEASE_KEY) == "server"
 
 
 @dataclass(slots=True)

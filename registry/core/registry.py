@@ -19,7 +19,7 @@ import structlog
 from msgspec.structs import replace
 
 from registry.common.hashcode import hash_of_counts
-from registry.core.checks import CheckVerdicts
+from registry.core.checks import HELD_FOREVER_MS, CheckVerdicts, held_by_server
 from registry.core.model import (
     ActionType,
     ChangeEvent,
@@ -220,6 +220,8 @@ class Registry(OverrideCommands):
         )
         if status is _UP and lease.service_up_ms == 0:
             lease.service_up_ms = now_ms
+        if held_by_server(registrant):  # never expires for silence (core/checks.py)
+            lease.grace_until_ms = HELD_FOREVER_MS
         leases[iid] = lease
         log.debug(
             "instance_registered",
@@ -331,7 +333,13 @@ class Registry(OverrideCommands):
                 last_renewal_ms=renewal,
                 service_up_ms=now_ms if status is _UP else 0,
                 decision=decision,
-                grace_until_ms=0 if stored is None else now_ms + duration_ms,
+                grace_until_ms=(
+                    HELD_FOREVER_MS
+                    if held_by_server(instance)
+                    else 0
+                    if stored is None
+                    else now_ms + duration_ms
+                ),
                 renewed=stored is not None,
             )
             self._statuses[status] += 1

@@ -7,17 +7,32 @@ from aiohttp.typedefs import Handler
 from msgspec.structs import replace
 
 from registry.appkeys import CLOCK, MEMORY, QUOTAS, REGISTRY, SETTINGS
+from registry.checks.spec import KIND as CHECK_KIND
 from registry.checks.spec import refuse_bad_check
 from registry.codec import instance_from_wire, wire
 from registry.codec.wire import ERROR_HEADER, REGISTRATION_HEADER
 from registry.common.clock import Clock
-from registry.core.model import InstanceStatus
+from registry.core.checks import SERVER_LEASE_KEY, held_by_server
+from registry.core.model import InstanceInfo, InstanceStatus
 from registry.core.registry import Registry
-from registry.errors import MemoryFull, UnknownInstance
+from registry.errors import BadInput, Forbidden, MemoryFull, UnknownInstance
 from registry.http import auth, params
 from registry.http.credentials import Credentials
 from registry.http.durability import committed
 from registry.http.negotiation import read_document
+
+
+def _may_hold_lease(request: web.Request, instance: InstanceInfo) -> None:
+    """An instance whose lease the registry holds (core/checks.py) is an admin's to register,
+    and needs a check: nothing else would ever mark it DOWN."""
+    if not auth.may_administer(request):
+        raise Forbidden(f"{SERVER_LEASE_KEY} = server: only an admin registers such an instance")
+    if CHECK_KIND not in instance.metadata:
+        raise BadInput(
+            f"metadata.{SERVER_LEASE_KEY}",
+            f"an instance the registry holds needs a check ({CHECK_KIND} = http or tcp): "
+            "nothing else would ever mark it DOWN",
+        )
 
 
 async def register(request: web.Request) -> web.Response:
@@ -34,8 +49,17 @@ async def register(request: web.Request) -> web.Response:
         skew_ms=params.skew_ms(request),
     )
     replication = params.is_replication(request)
-    if not replication:  # a peer's copy was held to this where it was registered
+    if not replication:  # a peer's copy was held to these where it was registered
         refuse_bad_check(instance, request.app[SETTINGS])
+        if held_by_server(instance):
+            _may_hold_lease(request, instance)
+        else:
+            held = request.app[REGISTRY].instance_or_none(app, instance.instance_id, now_ms=now_ms)
+            if held is not None and held_by_server(held) and not auth.may_administer(request):
+                raise Forbidden(
+                    f"{app}/{instance.instance_id} is held by the registry "
+                    f"({SERVER_LEASE_KEY} = server): a client does not take it over"
+                )
     if instance.overridden_status is not InstanceStatus.UNKNOWN and not (
         replication or auth.may_administer(request)
     ):
@@ -115,6 +139,13 @@ async def cancel(request: web.Request) -> web.Response:
     registry, app, iid = request.app[REGISTRY], params.app_name(request), request.match_info["id"]
     auth.may_act_on(request, app)
     now_ms, replication = request.app[CLOCK].wall_ms(), params.is_replication(request)
+    held = registry.instance_or_none(app, iid, now_ms=now_ms)
+    server_held = held is not None and held_by_server(held)
+    if server_held and not replication and not auth.may_administer(request):
+        raise Forbidden(
+            f"{app}/{iid} is held by the registry ({SERVER_LEASE_KEY} = server): an admin "
+            "removes it"
+        )
     by = None if replication else auth.principal(request)
     registry.cancel(app, iid, now_ms=now_ms, is_replication=replication, by=by)
     if not replication:  # the peer that sent it kept it before it was sent
