@@ -65,7 +65,9 @@ async def reconcile(
             now_ms=clock.wall_ms(),
             removed=removed,
         )
-    return changed + merge.take_overrides(registry, answer, now_ms=clock.wall_ms()), differing
+    taken = merge.take_overrides(registry, answer, now_ms=clock.wall_ms())
+    merge.take_check_holds(registry, answer)
+    return changed + taken, differing
 
 
 async def anti_entropy_forever(

@@ -21,6 +21,7 @@ from typing import Any
 import structlog
 
 from registry.codec import instance_from_wire, wire
+from registry.codec.checks import holds_from_document
 from registry.codec.notes import notes_from_document, removals_from_document
 from registry.core.checks import held_by_server
 from registry.core.model import InstanceInfo, InstanceStatus, Lease
@@ -137,3 +138,21 @@ def _as_list(value: object) -> list[Any]:
     if isinstance(value, list):
         return [v for v in value if isinstance(v, Mapping)]
     return [value] if isinstance(value, Mapping) else []
+
+
+def take_check_holds(registry: Registry, digest: Mapping[str, Any]) -> int:
+    """The checks' holds a peer's digest lists that this node lacks, on instances it shows
+    DOWN as the peer does: a copy taken at start-up (or one whose hold was lost) is held
+    here too, so the check's recovery releases it wherever it runs. How many were taken."""
+    taken = 0
+    for iid, held in holds_from_document(digest.get("checkHolds")).items():
+        if iid in registry.checks:
+            continue
+        try:
+            lease = registry.find(iid, now_ms=0)
+        except UnknownInstance:
+            continue
+        if lease.instance.status is InstanceStatus.DOWN:
+            registry.checks.take(iid, held)
+            taken += 1
+    return taken

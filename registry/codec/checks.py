@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from registry.codec import wire
-from registry.core.checks import HeldDown
+from registry.core.checks import CheckVerdicts, HeldDown
 from registry.core.model import InstanceStatus
 from registry.errors import BadInput
 
@@ -32,3 +32,23 @@ def held_from_item(value: object) -> HeldDown | None:
     if since is None or not isinstance(detail, str) or len(detail) > MAX_DETAIL:
         raise BadInput("checkHeld", f"needs since and a detail of {MAX_DETAIL} characters at most")
     return HeldDown(claim, since, detail)
+
+
+def holds_document(checks: CheckVerdicts) -> dict[str, Any]:
+    """Every hold, by instance id, for a peer's start-up sync and anti-entropy."""
+    return {iid: held_fields(held) for iid, held in checks.items()}
+
+
+def holds_from_document(document: object) -> dict[str, HeldDown]:
+    """A peer's holds; an entry that does not read is left out."""
+    if not isinstance(document, Mapping):
+        return {}
+    holds = {}
+    for iid, fields in document.items():
+        try:
+            held = held_from_item(fields)
+        except BadInput:
+            continue
+        if isinstance(iid, str) and held is not None:
+            holds[iid] = held
+    return holds

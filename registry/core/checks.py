@@ -46,6 +46,9 @@ class CheckVerdicts:
     def __len__(self) -> int:
         return len(self._held)
 
+    def items(self) -> list[tuple[str, HeldDown]]:
+        return list(self._held.items())
+
     def get(self, instance_id: str) -> HeldDown | None:
         return self._held.get(instance_id)
 

@@ -46,7 +46,7 @@ from orjson import Fragment
 from registry import errors
 from registry.appkeys import CLOCK, CLUSTER, DIGESTS, REGISTRY
 from registry.codec import instance_from_wire, json_codec, wire
-from registry.codec.checks import held_from_item
+from registry.codec.checks import held_from_item, holds_document
 from registry.codec.notes import note_from, notes_document, removals_document
 from registry.common.tasks import Pacer
 from registry.core.model import InstanceStatus, ReplicationAction
@@ -125,6 +125,7 @@ async def digests(request: web.Request) -> web.Response:
         "applications": applications,
         "overrideNotes": notes_document(registry.overrides.notes, registry.overrides),
         "overridesRemoved": removals_document(registry.overrides.notes),
+        "checkHolds": holds_document(registry.checks),
     }
     return web.Response(body=orjson.dumps(body), content_type="application/json")
 

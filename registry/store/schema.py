@@ -7,7 +7,7 @@ written by a newer server and is refused rather than misread.
 
 from __future__ import annotations
 
-VERSION = 4
+VERSION = 5
 
 MIGRATIONS: dict[int, tuple[str, ...]] = {
     1: (
@@ -80,5 +80,11 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
             at_ms INTEGER NOT NULL,
             PRIMARY KEY (app, id)
         )""",
+    ),
+    5: (
+        # A server-side check holding the instance DOWN (registry/core/checks.py), as JSON
+        # (the client's claim, since when, why); NULL: none. A restart keeps it held, so the
+        # check's recovery releases it.
+        "ALTER TABLE instances ADD COLUMN check_hold TEXT",
     ),
 }

@@ -20,6 +20,8 @@ import orjson
 import structlog
 
 from registry.codec import wire
+from registry.codec.checks import held_fields, held_from_item
+from registry.core.checks import HeldDown
 from registry.core.model import InstanceInfo, InstanceStatus, LeaseRecord
 from registry.core.overrides import OverrideChange
 from registry.core.tombstones import Tombstone
@@ -72,6 +74,7 @@ class Batch:
     """One transaction's worth of changes."""
 
     upserts: list[LeaseRecord] = field(default_factory=list)
+    check_holds: dict[str, HeldDown] = field(default_factory=dict)  # of upserts, by id
     deletes: list[tuple[str, str]] = field(default_factory=list)
     overrides_set: list[StoredOverride] = field(default_factory=list)
     overrides_gone: list[str] = field(default_factory=list)  # instance ids
@@ -93,6 +96,7 @@ class Snapshot:
     epoch: str | None
     registered_ms: int | None = None  # instances were read as registered at this time
     renewals: list[int] = field(default_factory=list)  # each instance's last renewal written
+    check_holds: dict[str, HeldDown] = field(default_factory=dict)  # by instance id
     tombstones: list[Tombstone] = field(default_factory=list)
     # Overrides removed (deleted, expired) and not set again: (instance id, app, when).
     override_removals: list[tuple[str, str, int]] = field(default_factory=list)
@@ -170,16 +174,20 @@ class Store:
         """What the store holds. A row that cannot be read is skipped with a log line: one bad
         row must not cost the rest (nor stop the start-up). With `registered_ms`, instances
         come as registering them at that time leaves them (see `record.decode`)."""
-        instances, renewals = [], []
+        instances, renewals, holds = [], [], dict[str, HeldDown]()
         # Only what is read back: at 100 000 rows, the app and id columns' strings cost more
         # than the documents' (0.2 s against 0.08); a bad row's are looked up for its log line.
-        for rowid, doc, renewed in await self._db.execute_fetchall(
-            "SELECT rowid, doc, last_renewal_ms FROM instances"
+        for rowid, doc, renewed, hold in await self._db.execute_fetchall(
+            "SELECT rowid, doc, last_renewal_ms, check_hold FROM instances"
         ):
             try:
-                instances.append(_instance(doc, registered_ms))
+                instance = _instance(doc, registered_ms)
+                held = None if hold is None else held_from_item(orjson.loads(hold))
+                if held is not None:
+                    holds[instance.instance_id] = held
+                instances.append(instance)
                 renewals.append(renewed)
-            except (BadInput, ValueError) as exc:
+            except (BadInput, ValueError) as exc:  # a damaged hold too: JSONDecodeError
                 named = await self._db.execute_fetchall(
                     "SELECT app, id FROM instances WHERE rowid = ?", (rowid,)
                 )
@@ -224,6 +232,7 @@ class Store:
             epoch,
             registered_ms,
             renewals=renewals,
+            check_holds=holds,
             tombstones=tombstones,
             override_removals=removals,
             read_formats=[f for f in meta.get(READ_FORMATS, "").split(",") if f],
@@ -255,7 +264,7 @@ class Store:
         """
         # Encoded in a thread: a large batch (a registration storm, a full rewrite) would hold
         # the event loop for as long as it takes.
-        rows = await asyncio.to_thread(_rows, batch.upserts)
+        rows = await asyncio.to_thread(_rows, batch.upserts, batch.check_holds)
         deletes = orjson.dumps(batch.deletes)
         tombstones = orjson.dumps(
             [(t.app, t.instance_id, t.dirty_ms, t.at_ms) for t in batch.tombstones]
@@ -270,9 +279,9 @@ class Store:
             # loop would make it wait for, 5 ms at a time.
             await db.execute(
                 "INSERT OR REPLACE INTO instances "
-                "(app, id, doc, registration_ms, service_up_ms, last_renewal_ms) "
-                "SELECT value->>0, value->>1, value->>2, value->>3, value->>4, value->>5 "
-                "FROM json_each(?)",
+                "(app, id, doc, registration_ms, service_up_ms, last_renewal_ms, check_hold) "
+                "SELECT value->>0, value->>1, value->>2, value->>3, value->>4, value->>5, "
+                "value->>6 FROM json_each(?)",
                 (rows,),
             )
             # An instance back is no longer removed; one removed leaves its tombstone.
@@ -369,9 +378,9 @@ def _instance(doc: bytes | str, registered_ms: int | None) -> InstanceInfo:
     return wire.instance_from_wire(orjson.loads(doc), now_ms=0)
 
 
-def _rows(leases: list[LeaseRecord]) -> bytes:
+def _rows(leases: list[LeaseRecord], holds: dict[str, HeldDown]) -> bytes:
     """The instances as one JSON array of rows [app, id, record, registration, service up,
-    last renewal]."""
+    last renewal, check hold (JSON text, or null)]."""
     return orjson.dumps(
         [
             (
@@ -381,10 +390,15 @@ def _rows(leases: list[LeaseRecord]) -> bytes:
                 lease.registration_ms,
                 lease.service_up_ms,
                 lease.last_renewal_ms,
+                _hold(holds.get(lease.instance.instance_id)),
             )
             for lease in leases
         ]
     )
+
+
+def _hold(held: HeldDown | None) -> str | None:
+    return None if held is None else orjson.dumps(held_fields(held)).decode()
 
 
 def _history_row(change: OverrideChange) -> tuple[object, ...]:

@@ -31,6 +31,7 @@ from pathlib import Path
 import structlog
 
 from registry.common.clock import Clock
+from registry.core.checks import HeldDown
 from registry.core.model import ActionType, ChangeEvent, InstanceStatus, LeaseRecord, LeaseSnapshot
 from registry.core.overrides import Note, OverrideAction, OverrideChange
 from registry.core.registry import Registry
@@ -290,8 +291,10 @@ class StoreWriter(Subscriber):
     ) -> Batch:
         deletes = [key for key, lease in instances.items() if lease is None]
         tombstones = self._registry.tombstones
+        upserts: list[LeaseRecord] = [lease for lease in instances.values() if lease is not None]
         return Batch(
-            upserts=[lease for lease in instances.values() if lease is not None],
+            upserts=upserts,
+            check_holds=self._holds(upserts),
             deletes=deletes,
             tombstones=[t for key in deletes if (t := tombstones.get(*key)) is not None],
             overrides_set=[o for o in overrides.values() if o is not None],
@@ -305,6 +308,7 @@ class StoreWriter(Subscriber):
         upserts: list[LeaseRecord] = list(self._registry.leases())
         return Batch(
             upserts=upserts,
+            check_holds=self._holds(upserts),
             overrides_set=[
                 self._in_force(iid, status, now_ms)
                 for iid, status in self._registry.overrides.items()
@@ -314,6 +318,15 @@ class StoreWriter(Subscriber):
             epoch=self._registry.epoch,
             everything=True,
         )
+
+    def _holds(self, leases: Iterable[LeaseRecord]) -> dict[str, HeldDown]:
+        """The checks' holds on these instances, written with them: a hold comes and goes
+        with a change of the instance's status, whose row is written then."""
+        checks = self._registry.checks
+        if not len(checks):
+            return {}
+        iids = (lease.instance.instance_id for lease in leases)
+        return {iid: held for iid in iids if (held := checks.get(iid)) is not None}
 
     def _in_force(self, iid: str, status: InstanceStatus, now_ms: int) -> StoredOverride:
         """The row of an override in force, for a rewrite of the whole store."""

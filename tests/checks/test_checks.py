@@ -222,3 +222,36 @@ class TestGuardRails:
         response = await node.put("/eureka/apps/ORDERS/i-1/metadata?registry.check=icmp")
         assert 400 == response.status
         assert 200 == (await node.put("/eureka/apps/ORDERS/i-1/metadata?registry.check=tcp")).status
+
+
+class TestRestart:
+    async def test_a_hold_outlives_a_restart_and_is_released_by_the_check(
+        self, aiohttp_client: AiohttpClient, clock: FakeClock
+    ):
+        """Stored with the instance's DOWN: the restarted node still holds it, so the check's
+        recovery releases it (without the hold, the stored DOWN would pass for the client's
+        own and stay)."""
+        listener = await asyncio.start_server(lambda r, w: w.close(), "127.0.0.1", 0)
+        port = listener.sockets[0].getsockname()[1]
+        listener.close()
+        await listener.wait_closed()
+        settings = Settings(health_check_loopback=True)  # the store in this test's ./data
+        first = await aiohttp_client(create_app(settings, clock=clock))
+        assert 204 == await register(first, checked_doc(port, **{"registry.check": "tcp"}))
+        await checks_until(clock, lambda: in_a_row(first)[0] == 3)
+        assert "DOWN" == await status(first)
+        await first.close()
+        second = await aiohttp_client(create_app(settings, clock=clock))
+        assert "DOWN" == await status(second)
+        explained = await (await second.get("/eureka/apps/ORDERS/i-1/status/explain")).json()
+        assert (True, "UP") == (
+            explained["healthCheck"]["heldDown"],
+            explained["healthCheck"]["clientClaims"],
+        )
+        listener = await asyncio.start_server(lambda r, w: w.close(), "127.0.0.1", port)
+        try:
+            await checks_until(clock, lambda: in_a_row(second)[1] == 2)
+            assert "UP" == await status(second)
+        finally:
+            listener.close()
+            await listener.wait_closed()

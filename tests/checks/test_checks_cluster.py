@@ -1,6 +1,7 @@
 """Server-side checks across three real nodes: each instance is checked by one node, its
-verdict reaches the other two (DOWN everywhere, then UP everywhere), and when the node that
-checks an instance is killed another takes its check over."""
+verdict reaches the other two (DOWN everywhere, then UP everywhere), when the node that
+checks an instance is killed another takes its check over, and a node started again empty
+copies the holds with the instances, so the checks it now runs release them."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from tests.nodes import Node
 
 pytestmark = pytest.mark.slow
 
-INSTANCES = [f"i-{n}" for n in range(6)]
+INSTANCES = [f"i-{n}" for n in range(12)]  # some are the restarted node's to check
 SETTINGS = {
     "health_check_loopback": "true",
     "health_check_failures": 2,
@@ -79,6 +80,15 @@ async def test_one_checker_per_instance_verdicts_everywhere_and_a_takeover(
     alive = [n for n in cluster if n is not dead]
     await eventually(lambda: checkers(alive, "i-0"), lambda found: len(found) == 1)
     service.status = 503
-    await eventually(lambda: statuses(alive, "i-0"), lambda s: s == {"DOWN"})
+    for iid in INSTANCES:
+        await eventually(lambda iid=iid: statuses(alive, iid), lambda s: s == {"DOWN"})
+
+    # It comes back empty (these nodes keep no store): it copies the instances and their
+    # holds, takes its share of the checks, and releases what it checks when they pass.
+    await dead.start()
+    for iid in INSTANCES:
+        await eventually(lambda iid=iid: checkers(cluster, iid), lambda found: len(found) == 1)
+    assert [dead.port] in [await checkers(cluster, iid) for iid in INSTANCES]
     service.status = 200
-    await eventually(lambda: statuses(alive, "i-0"), lambda s: s == {"UP"})
+    for iid in INSTANCES:
+        await eventually(lambda iid=iid: statuses(cluster, iid), lambda s: s == {"UP"})

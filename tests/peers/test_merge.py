@@ -10,9 +10,9 @@ from registry.core.model import InstanceStatus, Lease
 from registry.core.overrides import Note
 from registry.core.registry import Registry
 from registry.core.tombstones import Tombstone
+from tests.factories import T0, make
 from tests.helpers import instance_doc
 
-T0 = 1_735_689_000_000
 S = InstanceStatus
 
 
@@ -155,3 +155,18 @@ def test_a_peers_decision_dated_beyond_the_clock_skew_is_not_taken():
     )
     assert 0 == merge.take_overrides(registry, digest_answer([], [("i-1", ahead)]), now_ms=T0 + 60)
     assert S.OUT_OF_SERVICE is dict(registry.overrides)["i-1"]
+
+
+def test_a_peers_holds_are_taken_for_copies_shown_down():
+    """A copy taken from a peer at start-up comes without its hold: the peer's digest lists
+    it, and it is taken where the copy is DOWN here too (then the check's recovery releases
+    it on whichever node checks it)."""
+    registry = Registry()
+    registry.register(make("i-1"), now_ms=T0)
+    registry.register(make("i-2", status=InstanceStatus.DOWN), now_ms=T0, is_replication=True)
+    held = {"claim": "UP", "since": T0, "detail": "HTTP 503"}
+    digest = {"checkHolds": {"i-1": held, "i-2": held, "gone": held, "bad": {"claim": 1}}}
+    assert 1 == merge.take_check_holds(registry, digest)  # i-1 shows UP here: not taken
+    assert "i-2" in registry.checks and "i-1" not in registry.checks
+    registry.check_passed("ORDERS", "i-2", now_ms=T0 + 1)
+    assert InstanceStatus.UP is registry.get("ORDERS", "i-2", now_ms=T0).instance.status
