@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import orjson
+from aiohttp import ClientResponse
 from aiohttp.test_utils import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -183,3 +184,18 @@ async def locked(path: Path, *, exclusive: bool = False) -> AsyncIterator[None]:
 
 
 ROOT = Path(__file__).resolve().parents[1]  # the repository
+
+
+async def next_event(response: ClientResponse) -> dict[str, Any]:
+    """The next event (or comment) of a stream, as its fields; data parsed as JSON."""
+    raw = await asyncio.wait_for(response.content.readuntil(b"\n\n"), 5)
+    fields: dict[str, Any] = {}
+    for line in raw.decode().strip("\n").split("\n"):
+        name, _, value = line.partition(": ") if not line.startswith(":") else ("", "", line)
+        if not name:
+            fields["comment"] = line
+        elif name == "data":
+            fields["data"] = orjson.loads(value)
+        else:
+            fields[name] = value
+    return fields

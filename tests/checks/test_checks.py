@@ -18,7 +18,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from registry import FakeClock, Settings, create_app
 from registry.appkeys import CHECKER
 from tests.checks.conftest import Target
-from tests.helpers import JSON, instance_doc
+from tests.helpers import JSON, instance_doc, next_event
 from tests.peers.apps import AiohttpClient
 
 CHECKED = {
@@ -109,6 +109,23 @@ class TestHttpCheck:
         assert "DOWN" == await status(node)  # one success: still held
         await checks_until(clock, lambda: in_a_row(node)[1] == 2)
         assert "UP" == await status(node)
+
+    async def test_the_watch_stream_tells_of_the_verdicts(
+        self, node: TestClient, target: tuple[Target, TestServer], clock: FakeClock
+    ):
+        service, server = target
+        stream = await node.get("/eureka/watch")
+        assert "watching" == (await next_event(stream))["event"]
+        await register(node, checked_doc(server.port))
+        service.status = 503
+        await checks_until(clock, lambda: in_a_row(node)[0] == 3)
+        service.status = 200
+        await checks_until(clock, lambda: in_a_row(node)[1] == 2)
+        events = [await next_event(stream) for _ in range(3)]
+        assert [("ADDED", "UP"), ("MODIFIED", "DOWN"), ("MODIFIED", "UP")] == [
+            (e["event"], e["data"]["instance"]["status"]) for e in events
+        ]
+        stream.close()
 
     async def test_an_override_stands_through_a_recovery(
         self, node: TestClient, target: tuple[Target, TestServer], clock: FakeClock

@@ -6,7 +6,6 @@ import asyncio
 from typing import Any
 
 import aiohttp
-import orjson
 import pytest
 from aiohttp import ClientResponse
 
@@ -14,7 +13,15 @@ from registry import Settings
 from registry.appkeys import FEED
 from registry.reads import fanout as fanout_module
 from tests.factories import T0, make
-from tests.helpers import JSON, eventually, fetch_json, register, registry_of, scrape
+from tests.helpers import (
+    JSON,
+    eventually,
+    fetch_json,
+    next_event,
+    register,
+    registry_of,
+    scrape,
+)
 
 INDEX = "X-Registry-Index"
 
@@ -181,21 +188,6 @@ class TestLongPoll:
         await settle()
         client.app[FEED].close()
         assert 200 == (await asyncio.wait_for(poll, 5)).status
-
-
-async def next_event(response: ClientResponse) -> dict[str, Any]:
-    """The next event (or comment) of a stream, as its fields; data parsed as JSON."""
-    raw = await asyncio.wait_for(response.content.readuntil(b"\n\n"), 5)
-    fields: dict[str, Any] = {}
-    for line in raw.decode().strip("\n").split("\n"):
-        name, _, value = line.partition(": ") if not line.startswith(":") else ("", "", line)
-        if not name:
-            fields["comment"] = line
-        elif name == "data":
-            fields["data"] = orjson.loads(value)
-        else:
-            fields[name] = value
-    return fields
 
 
 def index(event: dict[str, Any]) -> str:

@@ -2,8 +2,9 @@
 
 Usage: python py_eureka_agent.py SERVER_URL APP PORT INTERVAL_SECS
 Commands (one per line): `view` prints the client's own copy of the registry, `register`
-re-registers (what the client does after a 404 or a restart), `stop` stops the client
-(it registers DOWN, then cancels) and exits. Every answer is one JSON line on stdout.
+re-registers (what the client does after a 404 or a restart), `call APP` calls `/health` on an
+instance of APP the client picks (an UP one, as it always does), `stop` stops the client (it
+registers DOWN, then cancels) and exits. Every answer is one JSON line on stdout.
 """
 
 from __future__ import annotations
@@ -47,6 +48,12 @@ async def main(server: str, app: str, port: int, interval: int) -> None:
         elif command == "register":
             await client.register()
             say(event="registered")
+        elif command.startswith("call "):
+            try:
+                body = await client.do_service(command.split()[1], "/health", timeout=2)
+                say(event="called", body=body)
+            except Exception as exc:  # none UP to pick, or the call failed: say which
+                say(event="call_failed", error=type(exc).__name__)
         else:  # "stop", or stdin closed
             await client.stop()
             say(event="stopped")

@@ -9,13 +9,14 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from registry import Settings, SystemClock, create_app
 from registry.appkeys import REGISTRY
 from registry.core.registry import Registry
 from registry.errors import UnknownInstance
-from tests.helpers import eventually
+from tests.helpers import eventually, instance_doc
 from tests.stock_clients.agent import APP, IID, TIMEOUT, running_agent
 
 POLL = 0.05  # how often the test looks at the registry while the real client works
@@ -107,3 +108,50 @@ async def test_py_eureka_client_with_credentials_in_its_url(aiohttp_client):
         assert {APP: {IID: "UP"}} == (await agent.ask("view"))["applications"]
         assert "stopped" == (await agent.ask("stop"))["event"]
         assert None is status_in(registry)
+
+
+async def test_py_eureka_client_stops_calling_an_instance_its_check_holds_down(aiohttp_client):
+    """A service behind a server-side check fails: the registry marks it DOWN, and the client,
+    which picks UP instances only, stops calling it; it recovers, and is called again."""
+    health = {"status": 200}
+
+    async def answer(request: web.Request) -> web.Response:
+        return web.Response(status=health["status"], text="fine")
+
+    service = web.Application()
+    service.router.add_get("/health", answer)
+    target = TestServer(service, host="127.0.0.1")
+    await target.start_server()
+    settings = Settings(health_check_loopback=True, health_check_failures=2)
+    server = TestServer(create_app(settings), host="127.0.0.1")
+    client = await aiohttp_client(server)
+    doc = instance_doc(
+        "ORDERS",
+        "orders-1",
+        ipAddr="127.0.0.1",
+        hostName="127.0.0.1",
+        port={"$": target.port, "@enabled": "true"},
+        healthCheckUrl=f"http://127.0.0.1:{target.port}/health",
+        metadata={"registry.check": "http", "registry.check.interval": "1"},
+    )
+    assert 204 == (await client.post("/eureka/apps/ORDERS", json={"instance": doc})).status
+    try:
+        async with running_agent(f"http://127.0.0.1:{server.port}/eureka/") as agent:
+            assert "started" == (await agent.answer())["event"]
+
+            async def sees() -> str | None:
+                view = (await agent.ask("view"))["applications"]
+                return view.get("ORDERS", {}).get("orders-1")  # type: ignore[no-any-return]
+
+            await eventually(sees, lambda status: status == "UP", timeout=TIMEOUT)
+            assert "called" == (await agent.ask("call ORDERS"))["event"]
+            health["status"] = 503
+            await eventually(sees, lambda status: status == "DOWN", timeout=TIMEOUT)
+            # Not a failed call: no instance to call (the client picks UP instances only).
+            answer = await agent.ask("call ORDERS")
+            assert ("call_failed", "WalkNodeException") == (answer["event"], answer["error"])
+            health["status"] = 200
+            await eventually(sees, lambda status: status == "UP", timeout=TIMEOUT)
+            assert "called" == (await agent.ask("call ORDERS"))["event"]
+    finally:
+        await target.close()
