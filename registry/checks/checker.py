@@ -19,11 +19,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import aiohttp
 import structlog
 
 from registry.checks.owner import owner
-from registry.checks.probe import USER_AGENT, Outcome, probe
+from registry.checks.probe import Outcome, probe
 from registry.checks.spec import CheckSpec, check_spec
 from registry.common.clock import Clock
 from registry.common.tasks import wait_set
@@ -125,20 +124,15 @@ class Checker(Subscriber):
 
     async def run(self) -> None:
         """Start checks as they come due, until cancelled (running checks are cancelled too)."""
-        timeout = aiohttp.ClientTimeout(total=None)
-        connector = aiohttp.TCPConnector(limit=0, force_close=True)
-        async with aiohttp.ClientSession(
-            timeout=timeout, connector=connector, headers={"User-Agent": USER_AGENT}
-        ) as session:
-            try:
-                while True:
-                    await self._start_due(session)
-            finally:
-                for task in self._running:
-                    task.cancel()
-                await asyncio.gather(*self._running, return_exceptions=True)
+        try:
+            while True:
+                await self._start_due()
+        finally:
+            for task in self._running:
+                task.cancel()
+            await asyncio.gather(*self._running, return_exceptions=True)
 
-    async def _start_due(self, session: aiohttp.ClientSession) -> None:
+    async def _start_due(self) -> None:
         if not self._due:
             self._wake.clear()
             await wait_set(self._clock, self._wake, 60.0)
@@ -164,7 +158,7 @@ class Checker(Subscriber):
         await self._slots.acquire()
         checked.running = True
         self._schedule(iid, spec, spec.interval)
-        task = asyncio.create_task(self._check(session, checked), name=f"check {iid}")
+        task = asyncio.create_task(self._check(checked), name=f"check {iid}")
         self._running.add(task)
         task.add_done_callback(self._running.discard)
 
@@ -185,9 +179,9 @@ class Checker(Subscriber):
                 return
             await self._clock.sleep((1 - self._tokens) / rate)
 
-    async def _check(self, session: aiohttp.ClientSession, checked: Checked) -> None:
+    async def _check(self, checked: Checked) -> None:
         try:
-            outcome = await probe(checked.spec, session, self._clock)
+            outcome = await probe(checked.spec, self._clock)
         finally:
             checked.running = False
             self._slots.release()

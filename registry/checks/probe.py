@@ -8,9 +8,8 @@ name in the Host header), and asks whether the service answers, not who it is.
 from __future__ import annotations
 
 import asyncio
+import ssl
 from dataclasses import dataclass
-
-import aiohttp
 
 from registry.checks.spec import CheckSpec
 from registry.common.clock import Clock
@@ -25,34 +24,67 @@ class Outcome:
     seconds: float
 
 
-async def probe(spec: CheckSpec, session: aiohttp.ClientSession, clock: Clock) -> Outcome:
+async def probe(spec: CheckSpec, clock: Clock) -> Outcome:
     started = clock.monotonic()
     try:
         async with asyncio.timeout(spec.timeout):
-            healthy, detail = await (_http(spec, session) if spec.kind == "http" else _tcp(spec))
+            healthy, detail = await (_http(spec) if spec.kind == "http" else _tcp(spec))
     except TimeoutError:
         healthy, detail = False, f"timed out after {spec.timeout:g} s"
-    except (OSError, aiohttp.ClientError) as exc:
+    except (OSError, ValueError, asyncio.IncompleteReadError) as exc:
         healthy, detail = False, _reason(exc)
     return Outcome(healthy, detail, clock.monotonic() - started)
 
 
-async def _http(spec: CheckSpec, session: aiohttp.ClientSession) -> tuple[bool, str]:
-    host = f"[{spec.address}]" if ":" in spec.address else spec.address
-    url = f"{spec.scheme}://{host}:{spec.port}{spec.target}"
-    headers = {"Host": spec.host, "User-Agent": USER_AGENT}
-    async with session.get(url, headers=headers, allow_redirects=False, ssl=False) as response:
-        return 200 <= response.status < 300, f"HTTP {response.status}"
+async def _http(spec: CheckSpec) -> tuple[bool, str]:
+    """One request on a connection of its own, its status line read and nothing more: plain
+    asyncio streams, which cost a fraction of an HTTP client's machinery per check (profiled
+    at 1 000 checks a second: connection set-up and response objects were most of it)."""
+    secure = spec.scheme == "https"
+    reader, writer = await asyncio.open_connection(
+        spec.address,
+        spec.port,
+        ssl=_UNVERIFIED if secure else None,
+        server_hostname=spec.host if secure else None,
+    )
+    try:
+        writer.write(
+            f"GET {spec.target} HTTP/1.1\r\nHost: {_host_header(spec)}\r\n"
+            f"User-Agent: {USER_AGENT}\r\nAccept: */*\r\nConnection: close\r\n\r\n".encode()
+        )
+        line = await reader.readline()
+    finally:
+        writer.close()
+    version, _, rest = line.decode("latin-1").partition(" ")
+    code = rest[:3]
+    if not version.startswith("HTTP/") or not code.isdigit():
+        return False, "not an HTTP answer"
+    return 200 <= int(code) < 300, f"HTTP {code}"
 
 
 async def _tcp(spec: CheckSpec) -> tuple[bool, str]:
     _, writer = await asyncio.open_connection(spec.address, spec.port)
     writer.close()
-    await writer.wait_closed()
     return True, "connected"
+
+
+def _host_header(spec: CheckSpec) -> str:
+    default = 443 if spec.scheme == "https" else 80
+    host = f"[{spec.host}]" if ":" in spec.host else spec.host
+    return host if spec.port == default else f"{host}:{spec.port}"
 
 
 def _reason(exc: BaseException) -> str:
     if isinstance(exc, ConnectionRefusedError) or "refused" in str(exc).lower():
         return "connection refused"
     return str(exc) or type(exc).__name__
+
+
+def _unverified() -> ssl.SSLContext:
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    return context
+
+
+_UNVERIFIED = _unverified()

@@ -20,6 +20,7 @@ from typing import Any
 
 from registry.__main__ import loop_name, new_event_loop
 from tests.bench.against_eureka import against_eureka, eureka_rows
+from tests.bench.checks import checks, checks_rows
 from tests.bench.client_scenario import client_figures, client_rows
 from tests.bench.cluster import cluster
 from tests.bench.cluster_report import cluster_rows
@@ -131,6 +132,8 @@ async def run(plan: Plan) -> dict[str, Any]:
         results["cluster"] = await cluster(plan)
     if "eureka" in plan.scenarios:
         results["eureka"] = await against_eureka(plan)
+    if "checks" in plan.scenarios:
+        results["checks"] = await checks(plan)
     return results
 
 
@@ -196,6 +199,8 @@ def table(results: dict[str, Any], *, judged: bool = True) -> str:
         rows.extend(cluster_rows(results["cluster"], judged=judged))
     if "eureka" in results:
         rows.extend(eureka_rows(results["eureka"]))
+    if "checks" in results:
+        rows.extend(checks_rows(results["checks"]))
     if "memory" not in results:
         return _render(rows)
     mem = results["memory"]

@@ -31,6 +31,7 @@ SCENARIOS = (
     "workers",
     "cluster",
     "eureka",
+    "checks",
 )
 # The delta scenario's window, in seconds (Eureka's is 180).
 DELTA_WINDOW = 3
