@@ -50,6 +50,7 @@ from registry.core.eviction import Evictor
 from registry.core.preservation import SelfPreservation
 from registry.core.quotas import CredentialQuotas
 from registry.core.registry import Registry
+from registry.errors import UnknownInstance
 from registry.health import heap
 from registry.health.activity import Activity
 from registry.health.loop_lag import LoopLag
@@ -190,12 +191,25 @@ async def _checks(app: web.Application) -> AsyncIterator[None]:
     """Server-side health checks, for the instances that ask (registry/checks/)."""
     checker = app[CHECKER]
     if checker is None:
+        _release_holds(app[REGISTRY], app[CLOCK].wall_ms())
         yield
         return
     loops = Loops(app[CLOCK])
     loops.start(checker.run, name="health_checks")
     yield
     await loops.stop()
+
+
+def _release_holds(registry: Registry, now_ms: int) -> None:
+    """Checks are off (health_checks = false): the holds a store or a peer kept would never be
+    released, so they go, and each instance's own claim decides again."""
+    for iid, _ in registry.checks.items():
+        try:
+            lease = registry.find(iid, now_ms=now_ms)
+        except UnknownInstance:
+            registry.checks.release(iid)
+            continue
+        registry.check_passed(lease.instance.app, iid, now_ms=now_ms)
 
 
 async def _activity(app: web.Application) -> AsyncIterator[None]:

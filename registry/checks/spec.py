@@ -20,11 +20,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from registry.core.checks import CHECK_KEY
 from registry.core.model import InstanceInfo
 from registry.errors import BadInput
 from registry.settings import Settings
 
-KIND = "registry.check"
+KIND = CHECK_KEY
 INTERVAL = "registry.check.interval"
 TIMEOUT = "registry.check.timeout"
 KINDS = ("http", "tcp")

@@ -20,6 +20,7 @@ from registry.core.model import InstanceInfo, InstanceStatus
 # legacy service) carries `registry.lease = server`: the registry holds its lease, so silence
 # never evicts it (its check marks it DOWN), and only an admin removes it.
 SERVER_LEASE_KEY = "registry.lease"
+CHECK_KEY = "registry.check"  # the metadata key an instance asks for a check with
 HELD_FOREVER_MS = 2**62  # a lease's grace that no clock reaches
 
 

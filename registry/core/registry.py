@@ -19,7 +19,7 @@ import structlog
 from msgspec.structs import replace
 
 from registry.common.hashcode import hash_of_counts
-from registry.core.checks import HELD_FOREVER_MS, CheckVerdicts, held_by_server
+from registry.core.checks import CHECK_KEY, HELD_FOREVER_MS, CheckVerdicts, held_by_server
 from registry.core.model import (
     ActionType,
     ChangeEvent,
@@ -202,6 +202,8 @@ class Registry(OverrideCommands):
             self.overrides.take(registrant.app, iid, registrant.overridden_status, now_ms)
         override = self.overrides.get(iid)
         claim = _claimed(registrant) if is_replication else registrant.status
+        if iid in self.checks and CHECK_KEY not in registrant.metadata:
+            self.checks.release(iid)  # it asks for no check any more: nothing would release it
         status, decision = decide(
             CHAIN,
             self.checks.claimed(iid, claim, is_replication) if len(self.checks) else claim,

@@ -18,7 +18,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from registry import FakeClock, Settings, create_app
 from registry.appkeys import CHECKER
 from tests.checks.conftest import Target
-from tests.helpers import JSON, instance_doc, next_event
+from tests.helpers import JSON, free_port, instance_doc, next_event
 from tests.peers.apps import AiohttpClient
 
 CHECKED = {
@@ -272,3 +272,15 @@ class TestRestart:
         finally:
             listener.close()
             await listener.wait_closed()
+
+    async def test_a_node_started_with_checks_off_lets_its_holds_go(
+        self, aiohttp_client: AiohttpClient, clock: FakeClock
+    ):
+        """Nothing would ever release them: the client's own claim decides again."""
+        port = free_port()  # nothing listens: the check fails
+        first = await aiohttp_client(create_app(Settings(health_check_loopback=True), clock=clock))
+        assert 204 == await register(first, checked_doc(port, **{"registry.check": "tcp"}))
+        await checks_until(clock, lambda: in_a_row(first)[0] == 3)
+        await first.close()
+        second = await aiohttp_client(create_app(Settings(health_checks=False), clock=clock))
+        assert "UP" == await status(second)

@@ -15,6 +15,7 @@ from tests.factories import T0, make
 from tests.recorders import Changes
 
 S = InstanceStatus
+CHECKED = {"registry.check": "tcp"}  # what the instance asks for: a check (the core reads the key)
 
 
 class Replicated(list[tuple[Any, ...]], Subscriber):
@@ -37,7 +38,7 @@ def registry(events: Changes, replicated: Replicated) -> Registry:
     registry = Registry()
     registry.subscribe(events)
     registry.subscribe(replicated)
-    registry.register(make("i-1"), now_ms=T0)
+    registry.register(make("i-1", metadata=CHECKED), now_ms=T0)
     events.clear()
     replicated.clear()
     return registry
@@ -84,7 +85,7 @@ def test_an_override_removed_meanwhile_leaves_the_clients_claim(registry: Regist
 
 def test_a_reregistration_while_held_stays_down_and_its_claim_is_kept(registry: Registry):
     registry.check_failed("ORDERS", "i-1", "timed out", now_ms=T0 + 1)
-    registry.register(make("i-1", status=S.STARTING, dirty=T0 + 2), now_ms=T0 + 2)
+    registry.register(make("i-1", status=S.STARTING, dirty=T0 + 2, metadata=CHECKED), now_ms=T0 + 2)
     assert S.DOWN is status_of(registry)
     registry.check_passed("ORDERS", "i-1", now_ms=T0 + 3)
     assert S.STARTING is status_of(registry)
@@ -102,7 +103,15 @@ def test_a_peers_copy_while_held_keeps_the_clients_claim(registry: Registry):
     """A peer's copy may carry a check's DOWN: it is no client's claim, and the recovery
     restores the client's."""
     registry.check_failed("ORDERS", "i-1", "timed out", now_ms=T0 + 1)
-    copy = make("i-1", status=S.DOWN, dirty=T0 + 2)
+    copy = make("i-1", status=S.DOWN, dirty=T0 + 2, metadata=CHECKED)
     registry.register(copy, now_ms=T0 + 2, is_replication=True)
     registry.check_passed("ORDERS", "i-1", now_ms=T0 + 3)
+    assert S.UP is status_of(registry)
+
+
+def test_a_reregistration_asking_for_no_check_ends_the_hold(registry: Registry):
+    """Nothing would ever release it otherwise: the client's own claim decides again."""
+    registry.check_failed("ORDERS", "i-1", "refused", now_ms=T0 + 2)
+    registry.register(make("i-1", dirty=T0 + 3), now_ms=T0 + 3)  # no check asked for
+    assert "i-1" not in registry.checks
     assert S.UP is status_of(registry)
