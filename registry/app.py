@@ -209,7 +209,7 @@ def _release_holds(registry: Registry, now_ms: int) -> None:
         except UnknownInstance:
             registry.checks.release(iid)
             continue
-        registry.check_passed(lease.instance.app, iid, now_ms=now_ms)
+        registry.check_passed(lease.instance.app, iid, now_ms=now_ms, replicate=False)
 
 
 async def _activity(app: web.Application) -> AsyncIterator[None]:

@@ -212,9 +212,9 @@ class Settings:
         ):
             if getattr(self, key) < 0:
                 raise SettingsError(f"{key}: must not be negative")
-        if self.health_check_rate <= 0:
+        if self.health_check_rate < 1:
             raise SettingsError(
-                f"health_check_rate: must be positive, not {self.health_check_rate}"
+                f"health_check_rate: at least 1 check a second, not {self.health_check_rate}"
             )
         for key in (
             "replication_batch_size",

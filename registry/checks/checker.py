@@ -73,7 +73,7 @@ class Checker(Subscriber):
         self._settings = settings
         self._rng = rng or random.Random()
         self.checked: dict[str, Checked] = {}  # by instance id
-        self._due: list[tuple[float, int, str, CheckSpec]] = []  # (when, order, id, spec)
+        self._due: list[tuple[float, int, Checked]] = []  # (when, order, what)
         self._order = 0
         self._wake = asyncio.Event()
         self._tokens = settings.health_check_rate
@@ -96,8 +96,8 @@ class Checker(Subscriber):
             if known is not None:
                 del self.checked[iid]
         elif known is None or known.spec != spec:
-            self.checked[iid] = Checked(instance.app, iid, spec)
-            self._schedule(iid, spec, self._rng.uniform(0, spec.interval))
+            checked = self.checked[iid] = Checked(instance.app, iid, spec)
+            self._schedule(checked, self._rng.uniform(0, spec.interval))
 
     def on_load(self, registry: Registry) -> None:
         self.checked.clear()
@@ -106,19 +106,24 @@ class Checker(Subscriber):
             spec = self._spec(lease.instance)
             if spec is not None:
                 iid = lease.instance.instance_id
-                self.checked[iid] = Checked(lease.instance.app, iid, spec)
-                self._schedule(iid, spec, self._rng.uniform(0, spec.interval))
+                checked = self.checked[iid] = Checked(lease.instance.app, iid, spec)
+                self._schedule(checked, self._rng.uniform(0, spec.interval))
 
     def _spec(self, instance: Any) -> CheckSpec | None:
         try:
             return check_spec(instance, allow_loopback=self._settings.health_check_loopback)
-        except BadInput:
+        except (BadInput, ValueError):
             return None  # a peer's copy or a stored one this node would not have taken
 
-    def _schedule(self, iid: str, spec: CheckSpec, delay: float) -> None:
+    def _schedule(self, checked: Checked, delay: float) -> None:
+        """`checked` falls due in `delay` seconds: one entry per `Checked`, so a replaced one
+        (a re-registration, another spec) leaves no second chain behind."""
         self._order += 1
-        heapq.heappush(self._due, (self._clock.monotonic() + delay, self._order, iid, spec))
+        heapq.heappush(self._due, (self._clock.monotonic() + delay, self._order, checked))
         self._wake.set()
+
+    def _current(self, checked: Checked) -> bool:
+        return self.checked.get(checked.instance_id) is checked
 
     # Running ---------------------------------------------------------------------------------
 
@@ -131,34 +136,42 @@ class Checker(Subscriber):
             for task in self._running:
                 task.cancel()
             await asyncio.gather(*self._running, return_exceptions=True)
+            # A task cancelled before it ran never released its slot: start afresh, should
+            # this loop be run again.
+            self._slots = asyncio.Semaphore(self._settings.health_check_concurrency)
+            for checked in self.checked.values():
+                checked.running = False
 
     async def _start_due(self) -> None:
         if not self._due:
             self._wake.clear()
             await wait_set(self._clock, self._wake, 60.0)
             return
-        when, _, iid, spec = self._due[0]
+        when, _, checked = self._due[0]
         wait = when - self._clock.monotonic()
         if wait > 0:
             self._wake.clear()
             await wait_set(self._clock, self._wake, wait)
             return
         heapq.heappop(self._due)
-        checked = self.checked.get(iid)
-        if checked is None or checked.spec != spec:
+        if not self._current(checked):
             return  # gone, or asking for another check (scheduled on its own)
+        interval = checked.spec.interval
         if checked.running:  # still running its last check: come again next interval
-            self._schedule(iid, spec, spec.interval)
+            self._schedule(checked, interval)
             return
-        if not self.checks_here(iid):  # another node's to check: its verdicts replicate here
+        if not self.checks_here(checked.instance_id):  # another node's: its verdicts come here
             checked.failures = checked.successes = 0
-            self._schedule(iid, spec, spec.interval)
+            self._schedule(checked, interval)
             return
         await self._take_token()
         await self._slots.acquire()
+        if not self._current(checked):  # gone while this waited for its turn
+            self._slots.release()
+            return
         checked.running = True
-        self._schedule(iid, spec, spec.interval)
-        task = asyncio.create_task(self._check(checked), name=f"check {iid}")
+        self._schedule(checked, interval)
+        task = asyncio.create_task(self._check(checked), name=f"check {checked.instance_id}")
         self._running.add(task)
         task.add_done_callback(self._running.discard)
 
@@ -219,7 +232,7 @@ class Checker(Subscriber):
                         failures=checked.failures,
                     )
         except UnknownInstance:
-            self.checked.pop(checked.instance_id, None)  # its lease ran out meanwhile
+            pass  # its lease ran out: its removal (an event) ends its checks
 
     # Reading ---------------------------------------------------------------------------------
 

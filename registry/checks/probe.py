@@ -54,7 +54,7 @@ async def _http(spec: CheckSpec) -> tuple[bool, str]:
         )
         line = await reader.readline()
     finally:
-        writer.close()
+        writer.transport.abort()  # at once: a TLS close would wait for the peer's goodbye
     version, _, rest = line.decode("latin-1").partition(" ")
     code = rest[:3]
     if not version.startswith("HTTP/") or not code.isdigit():

@@ -18,7 +18,7 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Mapping
 from dataclasses import dataclass
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit
 
 from registry.core.checks import CHECK_KEY
 from registry.core.model import InstanceInfo
@@ -34,6 +34,7 @@ DEFAULT_TIMEOUT = 2.0
 MIN_INTERVAL = 1.0  # a check a second per instance at most
 MAX_INTERVAL = 3600.0
 MAX_TIMEOUT = 30.0
+_PATH_SAFE = "/?&=%:@!$'()*+,;~-._"
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,11 +73,14 @@ def check_spec(instance: InstanceInfo, *, allow_loopback: bool) -> CheckSpec | N
     url = instance.health_check_url or instance.secure_health_check_url
     if not url:
         raise BadInput("healthCheckUrl", f"{KIND}=http needs a healthCheckUrl to GET")
-    parts = urlsplit(url)
     field = "healthCheckUrl" if instance.health_check_url else "secureHealthCheckUrl"
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+    except ValueError:
+        raise BadInput(field, f"{url!r} is not a URL") from None
     if parts.scheme not in ("http", "https"):
         raise BadInput(field, f"{url!r} is not an http:// or https:// URL")
-    host = parts.hostname or ""
     if host not in (instance.ip_addr.lower(), instance.host_name.lower()):
         raise BadInput(
             field,
@@ -94,9 +98,10 @@ def check_spec(instance: InstanceInfo, *, allow_loopback: bool) -> CheckSpec | N
             f"{url!r} asks port {url_port}, not this instance's {port}: a check goes to the "
             "instance's own port only",
         )
-    target = parts.path or "/"
+    # As a request line carries it: what is not allowed there percent-encoded.
+    target = quote(parts.path or "/", safe=_PATH_SAFE)
     if parts.query:
-        target += "?" + parts.query
+        target += "?" + quote(parts.query, safe=_PATH_SAFE)
     return CheckSpec("http", address, port, interval, timeout, parts.scheme, host, target)
 
 
@@ -122,9 +127,15 @@ def _seconds(
     return value
 
 
+# Addresses that stand for an IPv4 one (and reach it): judged as that one, and checked there.
+_NAT64 = ipaddress.ip_network("64:ff9b::/96")
+# Where clouds answer with their instances' metadata and credentials, by IPv6 too.
+_METADATA = frozenset({ipaddress.ip_address("fd00:ec2::254")})
+
+
 def _address(ip_addr: str, allow_loopback: bool) -> str:
     try:
-        address = ipaddress.ip_address(ip_addr)
+        address = _unwrapped(ipaddress.ip_address(ip_addr))
     except ValueError:
         raise BadInput(
             "ipAddr", f"{ip_addr!r} is not an address: a checked instance is checked there"
@@ -134,14 +145,34 @@ def _address(ip_addr: str, allow_loopback: bool) -> str:
         or address.is_link_local
         or address.is_unspecified
         or address.is_multicast
+        or address.is_reserved
+        or address in _METADATA
     )
     if special and not allow_loopback:
         raise BadInput(
             "ipAddr",
-            f"{ip_addr} is a loopback, link-local, unspecified or multicast address: "
-            "not checked from the registry (health_check_loopback allows it)",
+            f"{ip_addr} is a loopback, link-local, unspecified, multicast or reserved "
+            "address: not checked from the registry (health_check_loopback allows it)",
         )
     return str(address)
+
+
+def _unwrapped(
+    address: ipaddress.IPv4Address | ipaddress.IPv6Address,
+) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
+    """The IPv4 address an IPv6 one carries (mapped ::ffff:a.b.c.d, 6to4, Teredo, NAT64),
+    else the address itself: Python 3.11 judges ::ffff:127.0.0.1 as no loopback."""
+    if isinstance(address, ipaddress.IPv4Address):
+        return address
+    if address.ipv4_mapped is not None:
+        return address.ipv4_mapped
+    if address.sixtofour is not None:
+        return address.sixtofour
+    if address.teredo is not None:
+        return address.teredo[1]
+    if address in _NAT64:
+        return ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
+    return address
 
 
 def _own_port(instance: InstanceInfo, *, secure: bool) -> int:

@@ -27,6 +27,8 @@ def held_from_item(value: object) -> HeldDown | None:
     if not isinstance(value, Mapping):
         raise BadInput("checkHeld", "must be false or an object")
     claim = wire.status(value.get("claim"), "checkHeld.claim", default=InstanceStatus.UNKNOWN)
+    if claim is InstanceStatus.UNKNOWN:  # released to UNKNOWN, its heartbeats would get 404s
+        raise BadInput("checkHeld.claim", "names the client's own status: UP, DOWN, ...")
     since = wire.timestamp(value.get("since"), "checkHeld.since")
     detail = value.get("detail")
     if since is None or not isinstance(detail, str) or len(detail) > MAX_DETAIL:

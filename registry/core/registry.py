@@ -246,14 +246,19 @@ class Registry(OverrideCommands):
         self.checks.hold(instance_id, _client_claim(lease, override), detail, now_ms)
         return self._restatus(lease, InstanceStatus.DOWN, override, now_ms)
 
-    def check_passed(self, app: str, instance_id: str, *, now_ms: int) -> bool:
+    def check_passed(
+        self, app: str, instance_id: str, *, now_ms: int, replicate: bool = True
+    ) -> bool:
         """The check no longer holds the instance: the chain decides with its client's own
-        claim again. Whether its status changed."""
-        claim = self.checks.release(instance_id)
-        if claim is None:
+        claim again. Whether its status changed. Without `replicate`, this node's alone (a
+        node with checks off lets its own holds go, not its peers')."""
+        if instance_id not in self.checks:
             return False
-        lease = self._live_lease(app, instance_id, now_ms)
-        return self._restatus(lease, claim, self.overrides.get(instance_id), now_ms)
+        lease = self._live_lease(app, instance_id, now_ms)  # UnknownInstance: still held
+        claim = self.checks.release(instance_id)
+        assert claim is not None
+        override = self.overrides.get(instance_id)
+        return self._restatus(lease, claim, override, now_ms, replicate=replicate)
 
     def _restatus(
         self,
@@ -261,13 +266,16 @@ class Registry(OverrideCommands):
         claim: InstanceStatus,
         override: InstanceStatus | None,
         now_ms: int,
+        *,
+        replicate: bool = True,
     ) -> bool:
         instance = lease.instance
         status, lease.decision = decide(CHAIN, claim, override, instance.status, False)
         if status is instance.status:
             return False
         self._change(lease, now_ms, status=status)
-        self._replicate(_A.REGISTER, instance.app, instance.instance_id)
+        if replicate:
+            self._replicate(_A.REGISTER, instance.app, instance.instance_id)
         return True
 
     def _check_room(self, app: str, leases: dict[str, Lease] | None) -> None:
@@ -342,7 +350,8 @@ class Registry(OverrideCommands):
                     if stored is None
                     else now_ms + duration_ms
                 ),
-                renewed=stored is not None,
+                # A lease the registry holds never renews: no client self-preservation expects
+                renewed=stored is not None and not held_by_server(instance),
             )
             self._statuses[status] += 1
             count += 1

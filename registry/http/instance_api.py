@@ -27,6 +27,12 @@ def _may_hold_lease(request: web.Request, instance: InstanceInfo) -> None:
     and needs a check: nothing else would ever mark it DOWN."""
     if not auth.may_administer(request):
         raise Forbidden(f"{SERVER_LEASE_KEY} = server: only an admin registers such an instance")
+    if not request.app[SETTINGS].health_checks:
+        raise BadInput(
+            f"metadata.{SERVER_LEASE_KEY}",
+            "health_checks is off on this node: an instance the registry holds would never be "
+            "checked, nor ever evicted",
+        )
     if CHECK_KIND not in instance.metadata:
         raise BadInput(
             f"metadata.{SERVER_LEASE_KEY}",

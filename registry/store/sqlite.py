@@ -182,12 +182,11 @@ class Store:
         ):
             try:
                 instance = _instance(doc, registered_ms)
-                held = None if hold is None else held_from_item(orjson.loads(hold))
-                if held is not None:
-                    holds[instance.instance_id] = held
                 instances.append(instance)
                 renewals.append(renewed)
-            except (BadInput, ValueError) as exc:  # a damaged hold too: JSONDecodeError
+                if hold is not None:
+                    _take_hold(holds, instance, hold)
+            except (BadInput, ValueError) as exc:
                 named = await self._db.execute_fetchall(
                     "SELECT app, id FROM instances WHERE rowid = ?", (rowid,)
                 )
@@ -376,6 +375,19 @@ def _instance(doc: bytes | str, registered_ms: int | None) -> InstanceInfo:
     if doc[:1] in ("[", b"["):
         return record.decode(doc, registered_ms=registered_ms)
     return wire.instance_from_wire(orjson.loads(doc), now_ms=0)
+
+
+def _take_hold(holds: dict[str, HeldDown], instance: InstanceInfo, stored: str) -> None:
+    """A row's check hold; a damaged one is dropped (logged), not the instance with it."""
+    try:
+        held = held_from_item(orjson.loads(stored))
+    except (BadInput, ValueError) as exc:
+        log.error(
+            "store_hold_unreadable", app=instance.app, id=instance.instance_id, cause=str(exc)
+        )
+        return
+    if held is not None:
+        holds[instance.instance_id] = held
 
 
 def _rows(leases: list[LeaseRecord], holds: dict[str, HeldDown]) -> bytes:

@@ -152,6 +152,36 @@ class TestHttpCheck:
         assert calls == service.calls
 
 
+class TestSchedule:
+    async def test_registering_again_leaves_one_check_going(
+        self, node: TestClient, clock: FakeClock
+    ):
+        """Each registration that changes what the check asks for starts it afresh: the
+        check before it goes, it does not run on beside it."""
+        accepted = 0
+
+        async def accept(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            nonlocal accepted
+            accepted += 1
+            writer.close()
+
+        listener = await asyncio.start_server(accept, "127.0.0.1", 0)
+        port = listener.sockets[0].getsockname()[1]
+        try:
+            for timeout in ("0.5", "0.6", "0.5", "0.6", "0.5"):  # A, B, A, B, A
+                doc = checked_doc(
+                    port, **{"registry.check": "tcp", "registry.check.timeout": timeout}
+                )
+                assert 204 == await register(node, doc)
+            await run_checks(clock, 1.5)  # the first check, within its interval
+            before = accepted
+            await run_checks(clock, 10)
+            assert 8 <= accepted - before <= 12  # one a second
+        finally:
+            listener.close()
+            await listener.wait_closed()
+
+
 class TestTcpCheck:
     async def test_a_closed_port_is_down_and_an_open_one_up(
         self, node: TestClient, clock: FakeClock
@@ -197,6 +227,7 @@ class TestGuardRails:
             ({"healthCheckUrl": "ftp://127.0.0.1:8080/health"}, "not an http"),
             ({"healthCheckUrl": None}, "needs a healthCheckUrl"),
             ({"ipAddr": "orders.internal"}, "is not an address"),
+            ({"healthCheckUrl": "http://[::1/health"}, "is not a URL"),
         ],
     )
     async def test_a_check_aimed_elsewhere_is_refused(
@@ -224,6 +255,27 @@ class TestGuardRails:
         )
         assert 400 == response.status
         assert message in (await response.json())["detail"]
+
+    @pytest.mark.parametrize(
+        "address",
+        [
+            "127.0.0.1",
+            "::ffff:127.0.0.1",  # IPv4-mapped: Python 3.11 calls it no loopback
+            "::ffff:169.254.169.254",  # a cloud's metadata service, mapped
+            "64:ff9b::a9fe:a9fe",  # the same through NAT64
+            "2002:7f00:1::1",  # 6to4 of 127.0.0.1
+            "fd00:ec2::254",  # the metadata service by IPv6
+            "240.0.0.1",  # reserved
+        ],
+    )
+    async def test_special_addresses_are_refused_however_written(
+        self, aiohttp_client: AiohttpClient, clock: FakeClock, address: str
+    ):
+        node = await aiohttp_client(create_app(Settings(store=False), clock=clock))
+        doc = {**checked_doc(8080, **{"registry.check": "tcp"}), "ipAddr": address}
+        response = await node.post("/eureka/apps/ORDERS", json={"instance": doc})
+        assert 400 == response.status
+        assert "health_check_loopback" in (await response.json())["detail"]
 
     async def test_loopback_is_refused_unless_allowed(
         self, aiohttp_client: AiohttpClient, clock: FakeClock
