@@ -4,13 +4,14 @@
     registry.check.interval   seconds between checks (default 10)
     registry.check.timeout    seconds one check may take (default 2)
 
-Guard rails, so that no client can aim the registry at anything but itself: a check goes to
-the instance's own `ipAddr`, an address (a name could be made to resolve anywhere), on its
-own port (its secure port for an https URL or when only that is enabled); an http URL must
-name the instance's address or host name and that port, and is requested from the address
-with the URL's host in the Host header. Loopback, link-local, unspecified and multicast
-addresses are refused unless `health_check_loopback`. A registration asking for a check that
-breaks these is refused (400) naming the rule. Pure.
+Guard rails, so that a client aims the registry at its own instance only (as far as the
+registry can tell: `ipAddr` is what the client says): a check goes to the instance's own
+`ipAddr`, an address (a name could be made to resolve anywhere), on its own port (its secure
+port for an https URL or when only that is enabled); an http URL must name the instance's
+address or host name and that port, and is requested from the address with the URL's host in
+the Host header. Loopback, link-local, unspecified, multicast and reserved addresses (and the
+IPv6 forms of such IPv4 ones) are refused unless `health_check_loopback`. A registration
+asking for a check that breaks these is refused (400) naming the rule. Pure.
 """
 
 from __future__ import annotations
