@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import AsyncIterator
+
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
@@ -27,3 +30,34 @@ async def target(aiohttp_server: AiohttpServer) -> tuple[Target, TestServer]:
     app = web.Application()
     app.router.add_get("/health", service.health)
     return service, await aiohttp_server(app, host="127.0.0.1")
+
+
+class Port:
+    """A TCP port that accepts connections (and closes them) while open, counting them."""
+
+    def __init__(self) -> None:
+        self.accepted = 0
+        self.number = 0
+        self._server: asyncio.Server | None = None
+
+    async def open(self) -> Port:
+        self._server = await asyncio.start_server(self._accept, "127.0.0.1", self.number)
+        self.number = self._server.sockets[0].getsockname()[1]
+        return self
+
+    async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+            self._server = None
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.accepted += 1
+        writer.close()
+
+
+@pytest.fixture
+async def port() -> AsyncIterator[Port]:
+    opened = await Port().open()
+    yield opened
+    await opened.close()

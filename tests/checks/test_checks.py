@@ -17,7 +17,7 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from registry import FakeClock, Settings, create_app
 from registry.appkeys import CHECKER
-from tests.checks.conftest import Target
+from tests.checks.conftest import Port, Target
 from tests.helpers import JSON, free_port, instance_doc, next_event
 from tests.peers.apps import AiohttpClient
 
@@ -154,68 +154,41 @@ class TestHttpCheck:
 
 class TestSchedule:
     async def test_registering_again_leaves_one_check_going(
-        self, node: TestClient, clock: FakeClock
+        self, node: TestClient, clock: FakeClock, port: Port
     ):
         """Each registration that changes what the check asks for starts it afresh: the
         check before it goes, it does not run on beside it."""
-        accepted = 0
-
-        async def accept(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            nonlocal accepted
-            accepted += 1
-            writer.close()
-
-        listener = await asyncio.start_server(accept, "127.0.0.1", 0)
-        port = listener.sockets[0].getsockname()[1]
-        try:
-            for timeout in ("0.5", "0.6", "0.5", "0.6", "0.5"):  # A, B, A, B, A
-                doc = checked_doc(
-                    port, **{"registry.check": "tcp", "registry.check.timeout": timeout}
-                )
-                assert 204 == await register(node, doc)
-            await run_checks(clock, 1.5)  # the first check, within its interval
-            before = accepted
-            await run_checks(clock, 10)
-            assert 8 <= accepted - before <= 12  # one a second
-        finally:
-            listener.close()
-            await listener.wait_closed()
+        for timeout in ("0.5", "0.6", "0.5", "0.6", "0.5"):  # A, B, A, B, A
+            doc = checked_doc(
+                port.number, **{"registry.check": "tcp", "registry.check.timeout": timeout}
+            )
+            assert 204 == await register(node, doc)
+        await run_checks(clock, 1.5)  # the first check, within its interval
+        before = port.accepted
+        await run_checks(clock, 10)
+        assert 8 <= port.accepted - before <= 12  # one a second
 
 
 class TestTcpCheck:
     async def test_a_closed_port_is_down_and_an_open_one_up(
-        self, node: TestClient, clock: FakeClock
+        self, node: TestClient, clock: FakeClock, port: Port
     ):
-        accepted = 0
-
-        async def accept(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            nonlocal accepted
-            accepted += 1
-            writer.close()
-
-        listener = await asyncio.start_server(accept, "127.0.0.1", 0)
-        port = listener.sockets[0].getsockname()[1]
-        doc = checked_doc(port, **{"registry.check": "tcp"})
+        doc = checked_doc(port.number, **{"registry.check": "tcp"})
         assert 204 == await register(node, doc)
-        await checks_until(clock, lambda: accepted >= 1 and in_a_row(node)[1] >= 1)
+        await checks_until(clock, lambda: port.accepted >= 1 and in_a_row(node)[1] >= 1)
         assert "UP" == await status(node)
-        listener.close()
-        await listener.wait_closed()
+        await port.close()
         await checks_until(clock, lambda: in_a_row(node)[0] == 3)
         assert "DOWN" == await status(node)
         page = await (await node.get("/")).text()
-        assert f"tcp 127.0.0.1:{port}: connection refused" in page
+        assert f"tcp 127.0.0.1:{port.number}: connection refused" in page
         assert "1 held DOWN by their check" in page
         metrics = await (await node.get("/metrics")).text()
         assert "registry_instances_down_by_check 1.0" in metrics
         assert "registry_health_check_failures_total 3.0" in metrics
-        listener = await asyncio.start_server(accept, "127.0.0.1", port)
-        try:
-            await checks_until(clock, lambda: in_a_row(node)[1] == 2)
-            assert "UP" == await status(node)
-        finally:
-            listener.close()
-            await listener.wait_closed()
+        await port.open()  # the same port again
+        await checks_until(clock, lambda: in_a_row(node)[1] == 2)
+        assert "UP" == await status(node)
 
 
 class TestGuardRails:
