@@ -119,15 +119,17 @@ class Cluster(Subscriber):
         return added
 
     def members(self) -> list[str]:
-        """The nodes that answer, by their runs' epochs: this one, and each peer of ours whose
-        last call was answered. What the nodes share out their checks over
-        (registry/checks/owner.py): they agree while they see the same peers; a node cut off
-        checks everything. A peer that stops answering is seen at the next call to it: a
-        batch (within a second while clients heartbeat) or an anti-entropy round."""
+        """The nodes that answer and run checks, by their runs' epochs: this one, and each
+        peer of ours whose last call was answered and that says it runs them (a node with
+        checks off, or an earlier release, takes no share it would never check). What the
+        nodes share out their checks over (registry/checks/owner.py): they agree while they
+        see the same peers; a node cut off checks everything. A peer that stops answering is
+        seen at the next call to it: a batch (within a second while clients heartbeat) or an
+        anti-entropy round."""
         alive = [
             d.peer.epoch
             for d in self._fanout
-            if d.peer.answering and d.peer.epoch is not None and not d.peer.stock
+            if d.peer.answering and d.peer.checks and d.peer.epoch is not None
         ]
         return [self._registry.epoch, *alive]
 

@@ -17,6 +17,7 @@ import orjson
 from aiohttp import hdrs
 
 from registry.codec.wire import (
+    CHECKS_HEADER,
     EPOCH_HEADER,
     PEER_HEADER,
     REPLICATION_HEADER,
@@ -82,6 +83,9 @@ class PeerClient:
         # Whether its last call was answered (None: none made yet): any call, a batch, a
         # sync's fetch or anti-entropy's, so a node with nothing to replicate still knows.
         self.answering: bool | None = None
+        # Whether it runs server-side checks, as its batch and digest answers say (None: not
+        # said yet, or an earlier release that does not say).
+        self.checks: bool | None = None
 
     def _learn(self, headers: Mapping[str, str], status: int) -> None:
         """Every answer of our nodes, errors included, names its epoch; a stock Eureka server's
@@ -91,6 +95,8 @@ class PeerClient:
         if EPOCH_HEADER in headers:
             self.stock = False
             self.epoch = headers[EPOCH_HEADER]
+        if CHECKS_HEADER in headers:
+            self.checks = headers[CHECKS_HEADER] == "on"
         elif self.stock is None and status < 500:
             self.stock = True
 

@@ -46,6 +46,9 @@ def basic_authorization(credential: str) -> str:
 # and the epoch that index belongs to (this node, this run).
 INDEX_HEADER = istr("X-Registry-Index")
 EPOCH_HEADER = istr("X-Registry-Epoch")
+# On a peer's batch and digest answers: whether it runs server-side checks ("on", "off"): the
+# nodes share the checks out over those that do (registry/checks/owner.py).
+CHECKS_HEADER = istr("X-Registry-Checks")
 SINCE_HEADER = istr("X-Registry-Since")  # on a long-poll answer: the index it goes on from
 # On a registration's 204 that changed nothing (ours is newer): why.
 REGISTRATION_HEADER = istr("X-Registry-Registration")

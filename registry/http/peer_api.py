@@ -44,7 +44,7 @@ from aiohttp import hdrs, web
 from orjson import Fragment
 
 from registry import errors
-from registry.appkeys import CLOCK, CLUSTER, DIGESTS, REGISTRY
+from registry.appkeys import CHECKER, CLOCK, CLUSTER, DIGESTS, REGISTRY
 from registry.codec import instance_from_wire, json_codec, wire
 from registry.codec.checks import held_from_item, holds_document
 from registry.codec.notes import note_from, notes_document, removals_document
@@ -110,7 +110,9 @@ async def batch(request: web.Request) -> web.Response:
         # whole batch. It gets Eureka's statusCode (and the copy of a 409) alone.
         answers = [answered if len(answered) == 1 else _eurekas(answered) for answered in answers]
     return web.Response(
-        body=orjson.dumps({"responseList": answers}), content_type="application/json"
+        body=orjson.dumps({"responseList": answers}),
+        content_type="application/json",
+        headers=_checks_header(request) if ours else None,
     )
 
 
@@ -127,7 +129,13 @@ async def digests(request: web.Request) -> web.Response:
         "overridesRemoved": removals_document(registry.overrides.notes),
         "checkHolds": holds_document(registry.checks),
     }
-    return web.Response(body=orjson.dumps(body), content_type="application/json")
+    return web.Response(
+        body=orjson.dumps(body), content_type="application/json", headers=_checks_header(request)
+    )
+
+
+def _checks_header(request: web.Request) -> dict[str, str]:
+    return {wire.CHECKS_HEADER: "off" if request.app[CHECKER] is None else "on"}
 
 
 async def removed(request: web.Request) -> web.Response:
