@@ -67,6 +67,7 @@ async def reconcile(
         )
     taken = merge.take_overrides(registry, answer, now_ms=clock.wall_ms())
     merge.take_check_holds(registry, answer)
+    merge.take_check_releases(registry, answer, now_ms=clock.wall_ms())
     return changed + taken, differing
 
 

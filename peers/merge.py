@@ -163,3 +163,25 @@ def take_check_holds(registry: Registry, digest: Mapping[str, Any]) -> int:
             registry.checks.take(iid, held)
             taken += 1
     return taken
+
+
+def take_check_releases(registry: Registry, digest: Mapping[str, Any], *, now_ms: int) -> int:
+    """Holds released on the node that checks the instance (its digest's `checkVerdicts`
+    says so) and still held here: a release this node missed (a queue that overflowed in a
+    partition) would otherwise keep the instance DOWN here for good. Released here alone:
+    every node asks its peers. How many."""
+    verdicts = digest.get("checkVerdicts")
+    if not isinstance(verdicts, Mapping):
+        return 0
+    released = 0
+    for iid, verdict in verdicts.items():
+        if not isinstance(verdict, Mapping) or verdict.get("held") is not False:
+            continue
+        app = verdict.get("app")
+        if not isinstance(iid, str) or not isinstance(app, str) or iid not in registry.checks:
+            continue
+        try:
+            released += registry.check_passed(app, iid, now_ms=now_ms, replicate=False)
+        except UnknownInstance:
+            continue
+    return released

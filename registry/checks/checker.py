@@ -175,6 +175,22 @@ class Checker(Subscriber):
         self._running.add(task)
         task.add_done_callback(self._running.discard)
 
+    def verdicts(self) -> dict[str, tuple[str, bool]]:
+        """The instances this node checks and has a verdict on, with their application and
+        whether their check holds them: what peers take as the last word (peers/merge.py).
+        An instance is listed free only once its own checks here have passed as often as a
+        release takes: a node that has just taken a check over knows nothing yet."""
+        members = self._members()
+        me = self._registry.epoch
+        checks = self._registry.checks
+        enough = self._settings.health_check_successes
+        return {
+            iid: (checked.app, held)
+            for iid, checked in self.checked.items()
+            if (held := iid in checks) or checked.successes >= enough
+            if len(members) < 2 or owner(iid, members) == me
+        }
+
     def checks_here(self, instance_id: str) -> bool:
         """Whether this node is the one that checks the instance (registry/checks/owner.py)."""
         members = self._members()

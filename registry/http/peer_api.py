@@ -128,10 +128,19 @@ async def digests(request: web.Request) -> web.Response:
         "overrideNotes": notes_document(registry.overrides.notes, registry.overrides),
         "overridesRemoved": removals_document(registry.overrides.notes),
         "checkHolds": holds_document(registry.checks),
+        # The instances this node checks: its word on whether they are held is the last.
+        "checkVerdicts": _verdicts(request),
     }
     return web.Response(
         body=orjson.dumps(body), content_type="application/json", headers=_checks_header(request)
     )
+
+
+def _verdicts(request: web.Request) -> dict[str, dict[str, object]]:
+    checker = request.app[CHECKER]
+    if checker is None:
+        return {}
+    return {iid: {"app": app, "held": held} for iid, (app, held) in checker.verdicts().items()}
 
 
 def _checks_header(request: web.Request) -> dict[str, str]:

@@ -309,3 +309,24 @@ class TestRestart:
         await first.close()
         second = await aiohttp_client(create_app(Settings(health_checks=False), clock=clock))
         assert "UP" == await status(second)
+
+
+class TestVerdicts:
+    async def test_the_digest_gives_this_nodes_word_once_it_has_one(
+        self, node: TestClient, target: tuple[Target, TestServer], clock: FakeClock
+    ):
+        """Held, or free once its checks here passed as often as a release takes: peers take
+        it as the last word. Before that, nothing is said."""
+        service, server = target
+
+        async def verdicts() -> dict[str, Any]:
+            digest = await (await node.get("/eureka/peerreplication/digest")).json()
+            return digest["checkVerdicts"]  # type: ignore[no-any-return]
+
+        await register(node, checked_doc(server.port))
+        assert {} == await verdicts()
+        await checks_until(clock, lambda: in_a_row(node)[1] == 2)
+        assert {"i-1": {"app": "ORDERS", "held": False}} == await verdicts()
+        service.status = 503
+        await checks_until(clock, lambda: in_a_row(node)[0] == 3)
+        assert {"i-1": {"app": "ORDERS", "held": True}} == await verdicts()

@@ -170,3 +170,17 @@ def test_a_peers_holds_are_taken_for_copies_shown_down():
     assert "i-2" in registry.checks and "i-1" not in registry.checks
     registry.check_passed("ORDERS", "i-2", now_ms=T0 + 1)
     assert InstanceStatus.UP is registry.get("ORDERS", "i-2", now_ms=T0).instance.status
+
+
+def test_a_release_missed_here_is_taken_from_the_node_that_checks():
+    """The checking node's digest says the instance is free: held here still (its release
+    item was lost), it is released, here alone."""
+    registry = Registry()
+    registry.register(make("i-1", metadata={"registry.check": "tcp"}), now_ms=T0)
+    registry.check_failed("ORDERS", "i-1", "refused", now_ms=T0 + 1)
+    held_there = {"checkVerdicts": {"i-1": {"app": "ORDERS", "held": True}}}
+    assert 0 == merge.take_check_releases(registry, held_there, now_ms=T0 + 2)
+    free = {"checkVerdicts": {"i-1": {"app": "ORDERS", "held": False}, "x": "garbage"}}
+    assert 1 == merge.take_check_releases(registry, free, now_ms=T0 + 2)
+    assert "i-1" not in registry.checks
+    assert InstanceStatus.UP is registry.get("ORDERS", "i-1", now_ms=T0).instance.status
