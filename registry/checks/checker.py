@@ -81,6 +81,10 @@ class Checker(Subscriber):
         self._running: set[asyncio.Task[None]] = set()
         self._slots = asyncio.Semaphore(settings.health_check_concurrency)
         self.stats = CheckStats()
+        # Which instances this node checks, as of the members it was worked out for: a hash
+        # each (about 2 us) is worked out again only when the members change.
+        self._owned: dict[str, bool] = {}
+        self._owned_for: tuple[str, ...] = ()
 
     # What the registry tells ----------------------------------------------------------------
 
@@ -89,6 +93,7 @@ class Checker(Subscriber):
         iid = instance.instance_id
         if event.action is ActionType.DELETED:
             self.checked.pop(iid, None)
+            self._owned.pop(iid, None)
             return
         spec = self._spec(event.lease.instance)
         known = self.checked.get(iid)
@@ -180,21 +185,26 @@ class Checker(Subscriber):
         whether their check holds them: what peers take as the last word (peers/merge.py).
         An instance is listed free only once its own checks here have passed as often as a
         release takes: a node that has just taken a check over knows nothing yet."""
-        members = self._members()
-        me = self._registry.epoch
         checks = self._registry.checks
         enough = self._settings.health_check_successes
         return {
             iid: (checked.app, held)
             for iid, checked in self.checked.items()
             if (held := iid in checks) or checked.successes >= enough
-            if len(members) < 2 or owner(iid, members) == me
+            if self.checks_here(iid)
         }
 
     def checks_here(self, instance_id: str) -> bool:
         """Whether this node is the one that checks the instance (registry/checks/owner.py)."""
-        members = self._members()
-        return len(members) < 2 or owner(instance_id, members) == self._registry.epoch
+        members = tuple(self._members())
+        if len(members) < 2:
+            return True
+        if members != self._owned_for:
+            self._owned, self._owned_for = {}, members
+        owned = self._owned.get(instance_id)
+        if owned is None:
+            owned = self._owned[instance_id] = owner(instance_id, members) == self._registry.epoch
+        return owned
 
     async def _take_token(self) -> None:
         """At most `health_check_rate` checks started a second (bursts of as many)."""
