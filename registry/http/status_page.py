@@ -12,6 +12,7 @@ it needs from data- attributes.
 from __future__ import annotations
 
 import string
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from html import escape
 from pathlib import Path
@@ -274,27 +275,31 @@ def _changes(changes: list[dict[str, Any]]) -> str:
     """The latest membership changes, newest first."""
     if not changes:
         return ""
-    rows = "".join(
-        f"<tr><td>{_time(c['timestamp'])}</td><td>{c['change']}</td>"
-        f"<td>{escape(c['peer'])}</td><td>{escape(c['why'])}</td></tr>"
+    rows = [
+        (_time(c["timestamp"]), c["change"], escape(c["peer"]), escape(c["why"]))
         for c in changes[:10]
-    )
-    return (
-        '<table class="peers"><thead><tr><th>When</th><th>Peer change</th><th>Peer</th>'
-        f"<th>Why</th></tr></thead><tbody>{rows}</tbody></table>"
-    )
+    ]
+    return _table(("When", "Peer change", "Peer", "Why"), rows)
 
 
 def _peers(peers: list[dict[str, Any]]) -> str:
     if not peers:
         return '<p class="sub">No peers: this node runs alone.</p>'
-    rows = "".join(
-        f"<tr><td>{escape(p['url'])}</td><td>{_HEALTH[p['reachable']]}</td>"
-        f"<td>{p['queueDepth']}</td><td>{p['lagMs']} ms</td>"
-        f"<td>{escape(p['lastError'])}</td></tr>"
+    rows = [
+        (
+            escape(p["url"]),
+            _HEALTH[p["reachable"]],
+            str(p["queueDepth"]),
+            f"{p['lagMs']} ms",
+            escape(p["lastError"]),
+        )
         for p in peers
-    )
-    return (
-        '<table class="peers"><thead><tr><th>Peer</th><th>Health</th><th>Queue</th>'
-        f"<th>Lag</th><th>Last error</th></tr></thead><tbody>{rows}</tbody></table>"
-    )
+    ]
+    return _table(("Peer", "Health", "Queue", "Lag", "Last error"), rows)
+
+
+def _table(heads: tuple[str, ...], rows: Sequence[tuple[str, ...]]) -> str:
+    """A table of the peers' kind; callers escape the cells."""
+    head = "".join(f"<th>{h}</th>" for h in heads)
+    body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in rows)
+    return f'<table class="peers"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
