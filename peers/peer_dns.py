@@ -28,7 +28,6 @@ import dns.resolver
 import structlog
 
 from peers.cluster import Cluster
-from registry.common.clock import Clock
 from registry.settings import Settings, nameserver
 
 log = structlog.get_logger()
@@ -160,10 +159,3 @@ async def refresh(peer_dns: PeerDns, cluster: Cluster) -> None:
     if dns_state.failing_since_ms is not None:
         log.info("peer_dns_answers_again", name=dns_state.name, found=len(urls))
     cluster.dns_found(urls)
-
-
-async def follow_dns(peer_dns: PeerDns, cluster: Cluster, clock: Clock, *, interval: float) -> None:
-    """Look the name up every `interval` seconds, until cancelled."""
-    while True:
-        await clock.sleep(interval)
-        await refresh(peer_dns, cluster)

@@ -14,7 +14,7 @@ from aiohttp import web
 from peers.anti_entropy import anti_entropy_forever
 from peers.cluster import Cluster
 from peers.digest import Digests
-from peers.peer_dns import PeerDns, follow_dns, refresh
+from peers.peer_dns import PeerDns, refresh
 from peers.startup_sync import sync_at_start
 from registry.appkeys import (
     CACHE,
@@ -294,9 +294,8 @@ def _peers(reload: Reload | None) -> Callable[[web.Application], AsyncIterator[N
             name="anti_entropy",
         )
         if peer_dns is not None:
-            loops.start(
-                lambda: follow_dns(peer_dns, cluster, clock, interval=settings.peer_dns_interval),
-                name="peer_dns",
+            loops.every(
+                settings.peer_dns_interval, lambda: refresh(peer_dns, cluster), name="peer_dns"
             )
         dns = cluster.membership.dns
         # Peers to copy from, or DNS that has not told yet whether there are any.
