@@ -33,7 +33,11 @@ class DnsLookups:
     last_success_ms: int | None = None
     last_error: str = ""
     found: tuple[str, ...] = ()  # the URLs the last answer named (this node's own left out)
-    answered: bool = False  # DNS has answered at least once
+
+    @property
+    def answered(self) -> bool:
+        """DNS has answered at least once."""
+        return self.lookups > self.failures
 
     def status(self) -> dict[str, Any]:
         return {
@@ -73,7 +77,6 @@ class Membership:
                 del self._seen[url]
         dns = self.dns
         dns.lookups += 1
-        dns.answered = True
         dns.found = named
         dns.last_success_ms = wall_ms
         dns.failing_since_ms = None
