@@ -26,6 +26,7 @@ from registry.checks.probe import Outcome, probe
 from registry.checks.spec import CheckSpec, check_spec
 from registry.common.clock import Clock
 from registry.common.tasks import wait_set
+from registry.core.checks import CHECK_KEY
 from registry.core.model import ActionType, ChangeEvent
 from registry.core.registry import Registry
 from registry.core.subscriber import Subscriber
@@ -95,8 +96,10 @@ class Checker(Subscriber):
             self.checked.pop(iid, None)
             self._owned.pop(iid, None)
             return
-        spec = self._spec(event.lease.instance)
         known = self.checked.get(iid)
+        if known is None and CHECK_KEY not in instance.metadata:
+            return  # most instances: no check asked for, none known
+        spec = self._spec(instance)
         if spec is None:
             if known is not None:
                 del self.checked[iid]
@@ -108,6 +111,8 @@ class Checker(Subscriber):
         self.checked.clear()
         self._due.clear()
         for lease in registry.leases():
+            if CHECK_KEY not in lease.instance.metadata:
+                continue  # a restart of 100 000: most ask for none
             spec = self._spec(lease.instance)
             if spec is not None:
                 iid = lease.instance.instance_id
