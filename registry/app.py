@@ -14,7 +14,6 @@ from aiohttp import web
 from peers.anti_entropy import anti_entropy_forever
 from peers.cluster import Cluster
 from peers.digest import Digests
-from peers.peer_dns import PeerDns, refresh
 from peers.startup_sync import sync_at_start
 from registry.appkeys import (
     CACHE,
@@ -267,7 +266,13 @@ def _peers(reload: Reload | None) -> Callable[[web.Application], AsyncIterator[N
         again; SIGHUP reloads the peer list."""
         cluster, settings, clock = app[CLUSTER], app[SETTINGS], app[CLOCK]
         registry, lifecycle = app[REGISTRY], app[LIFECYCLE]
-        peer_dns = PeerDns(settings) if settings.peer_dns else None
+        peer_dns = None
+        if settings.peer_dns:
+            # Imported only when used: dnspython takes 30 ms to import, which every start
+            # of a node without peer_dns would pay.
+            from peers.peer_dns import PeerDns, refresh
+
+            peer_dns = PeerDns(settings)
         try:
             await cluster.start()
             if peer_dns is not None:  # the first lookup decides whether to sync from peers
