@@ -66,6 +66,7 @@ async def reconcile(
             removed=removed,
         )
     taken = merge.take_overrides(registry, answer, now_ms=clock.wall_ms())
+    taken += merge.take_app_checks(registry, answer, now_ms=clock.wall_ms())
     merge.take_check_holds(registry, answer)
     merge.take_check_releases(registry, answer, now_ms=clock.wall_ms())
     return changed + taken, differing

@@ -18,9 +18,8 @@ from typing import Any
 import orjson
 
 from peers.pending import Task
-from registry.checks.spec import KIND as CHECK_KIND
 from registry.codec import json_codec
-from registry.codec.checks import held_fields
+from registry.codec.checks import app_check_fields, app_check_removal_fields, held_fields
 from registry.codec.notes import note_fields
 from registry.core.model import InstanceStatus, ReplicationAction
 from registry.core.overrides import Note
@@ -57,6 +56,8 @@ def encode(
     an override's item carries its note (reason, author, when set, expiry) and a removal's its
     time in fields of ours: every node then lists the same note and expires it on time. A
     `stock` Eureka peer gets Eureka's fields alone."""
+    if task.action is _A.APP_CHECK:
+        return None if stock else app_check_item(task.app, registry)
     item: dict[str, Any] = {"appName": task.app, "id": task.instance_id}
     if task.action in (_A.REGISTER, _A.HEARTBEAT):
         try:
@@ -70,7 +71,7 @@ def encode(
             item["overriddenStatus"] = instance.overridden_status.value
         if task.action is _A.REGISTER:
             item["instanceInfo"] = json_codec.instance_dict(lease)
-            if not stock and CHECK_KIND in instance.metadata:
+            if not stock and registry.asks_check(instance):
                 # Whether a server-side check holds it DOWN, so that every node holds it alike
                 # and any of them can take the check over (registry/checks/).
                 item["checkHeld"] = held_fields(registry.checks.get(task.instance_id))
@@ -101,3 +102,17 @@ def encode(
             item["overrideRemovedAt"] = task.at_ms
     item["action"] = task.action.value
     return item
+
+
+def app_check_item(app: str, registry: Registry) -> dict[str, Any] | None:
+    """An admin's check on `app` as this node now has it, set or removed (a newer decision
+    than the call that queued it goes in its place); None when it has neither. Our peers
+    only: Eureka's servers know no such item."""
+    item: dict[str, Any] = {"action": _A.APP_CHECK.value, "appName": app}
+    check = registry.app_checks.get(app)
+    if check is not None:
+        return item | {"appCheck": app_check_fields(check)}
+    removed_ms = registry.app_checks.removed_at(app)
+    if removed_ms is None:
+        return None
+    return item | {"appCheckRemoved": app_check_removal_fields(app, removed_ms)}

@@ -21,7 +21,7 @@ from typing import Any
 import structlog
 
 from registry.codec import instance_from_wire, wire
-from registry.codec.checks import holds_from_document
+from registry.codec.checks import app_checks_from_document, holds_from_document
 from registry.codec.notes import notes_from_document, removals_from_document
 from registry.core.checks import held_by_server
 from registry.core.model import InstanceInfo, InstanceStatus, Lease
@@ -110,6 +110,20 @@ def take_overrides(registry: Registry, digest: Mapping[str, Any], *, now_ms: int
     )
     if changed:
         log.info("peer_overrides_taken", overrides=changed)
+    return changed
+
+
+def take_app_checks(registry: Registry, digest: Mapping[str, Any], *, now_ms: int) -> int:
+    """The admins' checks and check removals a peer's digest answer lists, where later than
+    ours (registry/core/app_checks.py); how many changed here."""
+    checks, removals = app_checks_from_document(digest.get("appChecks"))
+    changed = sum(registry.set_app_check(check, is_replication=True) for check in checks)
+    changed += sum(
+        registry.remove_app_check(app, at_ms=at_ms, now_ms=now_ms, is_replication=True)
+        for app, at_ms in removals
+    )
+    if changed:
+        log.info("peer_app_checks_taken", app_checks=changed)
     return changed
 
 

@@ -66,6 +66,7 @@ async def sync_at_start(
                 registry, merge.applications(document), now_ms=clock.wall_ms(), removed=removed
             )
             merge.take_overrides(registry, digest, now_ms=clock.wall_ms())
+            merge.take_app_checks(registry, digest, now_ms=clock.wall_ms())
             merge.take_check_holds(registry, digest)
             log.info("peer_sync_done", peer=client.url, instances=copied, removals=len(removed))
             lifecycle.synced(f"copied {copied} instances from {client.url}")

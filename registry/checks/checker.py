@@ -26,8 +26,8 @@ from registry.checks.probe import Outcome, probe
 from registry.checks.spec import CheckSpec, check_spec
 from registry.common.clock import Clock
 from registry.common.tasks import wait_set
-from registry.core.checks import CHECK_KEY
-from registry.core.model import ActionType, ChangeEvent
+from registry.core.app_checks import AppCheck
+from registry.core.model import ActionType, ChangeEvent, InstanceInfo
 from registry.core.registry import Registry
 from registry.core.subscriber import Subscriber
 from registry.errors import BadInput, UnknownInstance
@@ -74,6 +74,8 @@ class Checker(Subscriber):
         self._settings = settings
         self._rng = rng or random.Random()
         self.checked: dict[str, Checked] = {}  # by instance id
+        # Instances an admin's check on their application cannot be run for, and why.
+        self.unchecked: dict[str, str] = {}
         self._due: list[tuple[float, int, Checked]] = []  # (when, order, what)
         self._order = 0
         self._wake = asyncio.Event()
@@ -94,11 +96,30 @@ class Checker(Subscriber):
         iid = instance.instance_id
         if event.action is ActionType.DELETED:
             self.checked.pop(iid, None)
+            self.unchecked.pop(iid, None)
             self._owned.pop(iid, None)
             return
-        known = self.checked.get(iid)
-        if known is None and CHECK_KEY not in instance.metadata:
+        if iid not in self.checked and not self._registry.asks_check(instance):
             return  # most instances: no check asked for, none known
+        self._consider(instance)
+
+    def on_load(self, registry: Registry) -> None:
+        self.checked.clear()
+        self.unchecked.clear()
+        self._due.clear()
+        for lease in registry.leases():
+            if registry.asks_check(lease.instance):  # a restart of 100 000: most ask none
+                self._consider(lease.instance)
+
+    def on_app_check(self, app: str, check: AppCheck | None) -> None:
+        """An admin's check on `app` came, changed or went: its instances' checks follow."""
+        for lease in self._registry.application(app):
+            self._consider(lease.instance)
+
+    def _consider(self, instance: InstanceInfo) -> None:
+        """Check `instance` as it now asks (a replaced check starts its count afresh)."""
+        iid = instance.instance_id
+        known = self.checked.get(iid)
         spec = self._spec(instance)
         if spec is None:
             if known is not None:
@@ -107,23 +128,22 @@ class Checker(Subscriber):
             checked = self.checked[iid] = Checked(instance.app, iid, spec)
             self._schedule(checked, self._rng.uniform(0, spec.interval))
 
-    def on_load(self, registry: Registry) -> None:
-        self.checked.clear()
-        self._due.clear()
-        for lease in registry.leases():
-            if CHECK_KEY not in lease.instance.metadata:
-                continue  # a restart of 100 000: most ask for none
-            spec = self._spec(lease.instance)
-            if spec is not None:
-                iid = lease.instance.instance_id
-                checked = self.checked[iid] = Checked(lease.instance.app, iid, spec)
-                self._schedule(checked, self._rng.uniform(0, spec.interval))
-
-    def _spec(self, instance: Any) -> CheckSpec | None:
+    def _spec(self, instance: InstanceInfo) -> CheckSpec | None:
+        app_check = self._registry.app_checks.get(instance.app)
+        self.unchecked.pop(instance.instance_id, None)
         try:
-            return check_spec(instance, allow_loopback=self._settings.health_check_loopback)
-        except (BadInput, ValueError):
-            return None  # a peer's copy or a stored one this node would not have taken
+            return check_spec(
+                instance,
+                allow_loopback=self._settings.health_check_loopback,
+                app_check=app_check,
+            )
+        except (BadInput, ValueError) as refused:
+            # A peer's copy or a stored one this node would not have taken; or an instance
+            # its application's check cannot reach (no healthCheckUrl, a loopback address):
+            # that one is told to the admin (status/explain, the page).
+            if app_check is not None:
+                self.unchecked[instance.instance_id] = str(refused)
+            return None
 
     def _schedule(self, checked: Checked, delay: float) -> None:
         """`checked` falls due in `delay` seconds: one entry per `Checked`, so a replaced one
@@ -271,10 +291,16 @@ class Checker(Subscriber):
         """The instance's check, for status/explain and the status page."""
         checked = self.checked.get(instance_id)
         if checked is None:
-            return None
+            refused = self.unchecked.get(instance_id)
+            return None if refused is None else {"notCheckable": refused}
         last = checked.last
+        app_check = self._registry.app_checks.get(checked.app)
         return {
             "check": checked.spec.describe(),
+            # An admin's check on the application, or the one the instance's metadata asks.
+            "setOn": "instance" if app_check is None else "application",
+            "setBy": None if app_check is None else app_check.by,
+            "setAt": None if app_check is None else app_check.set_ms,
             "checkedHere": self.checks_here(instance_id),
             "interval": checked.spec.interval,
             "timeout": checked.spec.timeout,

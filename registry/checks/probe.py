@@ -88,4 +88,3 @@ def _unverified() -> ssl.SSLContext:
     context.check_hostname = False
     context.verify_mode = ssl.CERT_NONE
     return context
-

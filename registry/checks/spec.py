@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import quote, urlsplit
 
+from registry.core.app_checks import AppCheck
 from registry.core.checks import CHECK_KEY
 from registry.core.model import InstanceInfo
 from registry.errors import BadInput
@@ -56,9 +57,17 @@ class CheckSpec:
         return f"http GET {self.scheme}://{_hostport(self.host, self.port)}{self.target}"
 
 
-def check_spec(instance: InstanceInfo, *, allow_loopback: bool) -> CheckSpec | None:
-    """The check `instance` asks for, None when it asks for none; BadInput when what it asks
-    for breaks a rule (the message names the field)."""
+def check_spec(
+    instance: InstanceInfo, *, allow_loopback: bool, app_check: AppCheck | None = None
+) -> CheckSpec | None:
+    """The check `instance` gets: its application's admin check when there is one, else the
+    one its metadata asks for; None when neither. BadInput when it breaks a rule (the message
+    names the field)."""
+    if app_check is not None:
+        check = app_check
+        return _spec(
+            instance, check.kind, check.interval, check.timeout, check.path, allow_loopback
+        )
     metadata = instance.metadata
     kind = metadata.get(KIND)
     if kind is None:
@@ -66,14 +75,31 @@ def check_spec(instance: InstanceInfo, *, allow_loopback: bool) -> CheckSpec | N
     if kind not in KINDS:
         raise BadInput(f"metadata.{KIND}", f"{kind!r} is not one of {', '.join(KINDS)}")
     interval = _seconds(metadata, INTERVAL, DEFAULT_INTERVAL, MIN_INTERVAL, MAX_INTERVAL)
-    timeout = _seconds(metadata, TIMEOUT, DEFAULT_TIMEOUT, 0.1, min(MAX_TIMEOUT, interval))
+    longest = min(MAX_TIMEOUT, interval)  # a check ends before the next is due
+    timeout = _seconds(metadata, TIMEOUT, min(DEFAULT_TIMEOUT, longest), 0.1, longest)
+    return _spec(instance, kind, interval, timeout, None, allow_loopback)
+
+
+def _spec(
+    instance: InstanceInfo,
+    kind: str,
+    interval: float,
+    timeout: float,
+    path: str | None,
+    allow_loopback: bool,
+) -> CheckSpec:
     address = _address(instance.ip_addr, allow_loopback)
     if kind == "tcp":
         port = _own_port(instance, secure=not instance.port.enabled)
         return CheckSpec("tcp", address, port, interval, timeout)
+    if path is not None:  # an admin's path, at the instance's own address and port
+        secure = not instance.port.enabled
+        port = _own_port(instance, secure=secure)
+        scheme = "https" if secure else "http"
+        return CheckSpec("http", address, port, interval, timeout, scheme, address, path)
     url = instance.health_check_url or instance.secure_health_check_url
     if not url:
-        raise BadInput("healthCheckUrl", f"{KIND}=http needs a healthCheckUrl to GET")
+        raise BadInput("healthCheckUrl", "an http check needs a healthCheckUrl to GET")
     field = "healthCheckUrl" if instance.health_check_url else "secureHealthCheckUrl"
     try:
         parts = urlsplit(url)
@@ -104,6 +130,47 @@ def check_spec(instance: InstanceInfo, *, allow_loopback: bool) -> CheckSpec | N
     if parts.query:
         target += "?" + quote(parts.query, safe=_PATH_SAFE)
     return CheckSpec("http", address, port, interval, timeout, parts.scheme, host, target)
+
+
+MAX_PATH = 1000
+_APP_CHECK_FIELDS = ("check", "interval", "timeout", "path")
+
+
+def app_check_from(app: str, body: object, *, now_ms: int, by: str | None = None) -> AppCheck:
+    """An admin's check on `app` from the admin plane's JSON body
+    `{"check": "http"|"tcp", "interval": 10, "timeout": 2, "path": "/health"}` (all but
+    `check` optional; `path`, for http only, is requested at each instance's own address and
+    port instead of its healthCheckUrl). BadInput naming the field for anything else."""
+    if not isinstance(body, Mapping):
+        raise BadInput("body", 'must be a JSON object: {"check": "http", ...}')
+    unknown = sorted(str(key) for key in body if key not in _APP_CHECK_FIELDS)
+    if unknown:
+        raise BadInput(unknown[0], f"not a field of a check: {', '.join(_APP_CHECK_FIELDS)}")
+    kind = body.get("check")
+    if kind not in KINDS:
+        raise BadInput("check", f"{kind!r} is not one of {', '.join(KINDS)}")
+    interval = _number(body, "interval", DEFAULT_INTERVAL, MIN_INTERVAL, MAX_INTERVAL)
+    longest = min(MAX_TIMEOUT, interval)
+    timeout = _number(body, "timeout", min(DEFAULT_TIMEOUT, longest), 0.1, longest)
+    path = body.get("path")
+    if path is not None:
+        if kind != "http":
+            raise BadInput("path", "only an http check requests a path")
+        if not isinstance(path, str) or not path.startswith("/") or len(path) > MAX_PATH:
+            raise BadInput("path", f"must be a path from / of at most {MAX_PATH} characters")
+        if any(ord(c) < 0x21 or ord(c) == 0x7F for c in path):
+            raise BadInput("path", "spaces and control characters are not allowed")
+        path = quote(path, safe=_PATH_SAFE)
+    return AppCheck(app, kind, interval, timeout, path, now_ms, by)
+
+
+def _number(body: Mapping[str, object], key: str, default: float, low: float, high: float) -> float:
+    value = body.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise BadInput(key, f"{value!r} is not a number of seconds")
+    if not low <= value <= high:
+        raise BadInput(key, f"{value:g} is not from {low:g} to {high:g} seconds")
+    return float(value)
 
 
 def refuse_bad_check(instance: InstanceInfo, settings: Settings) -> None:

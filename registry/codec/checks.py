@@ -1,17 +1,23 @@
-"""A check's hold on an instance as peers send it in a registration's batch item
-(`checkHeld`): `false`, or what the hold is (the client's claim, since when, why)."""
+"""Server-side checks on the wire: a check's hold on an instance as peers send it in a
+registration's batch item (`checkHeld`: `false`, or the client's claim, since when, why), and
+admins' checks on applications."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping
 from typing import Any
 
+from registry.checks.spec import app_check_from
 from registry.codec import wire
+from registry.core.app_checks import AppCheck, AppChecks
 from registry.core.checks import CheckVerdicts, HeldDown
 from registry.core.model import InstanceStatus
 from registry.errors import BadInput
 
 MAX_DETAIL = 200  # characters of the check's last failure a peer's item may carry
+MAX_BY = 200  # characters of the name of the admin who set a check, as of an override's
+MAX_APP = 256  # characters of an application's name
 
 
 def held_fields(held: HeldDown | None) -> dict[str, Any] | bool:
@@ -54,3 +60,84 @@ def holds_from_document(document: object) -> dict[str, HeldDown]:
         if isinstance(iid, str) and held is not None:
             holds[iid] = held
     return holds
+
+
+# Admins' checks on applications (registry/core/app_checks.py), as peers, the store and the
+# admin plane show them: {"app", "check", "interval", "timeout", "path", "setAt", "setBy"}, and a
+# removal as {"app", "removedAt"}.
+
+
+def app_check_fields(check: AppCheck) -> dict[str, Any]:
+    return {
+        "app": check.app,
+        "check": check.kind,
+        "interval": check.interval,
+        "timeout": check.timeout,
+        "path": check.path,
+        "setAt": check.set_ms,
+        "setBy": check.by,
+    }
+
+
+def app_check_from_fields(fields: object) -> AppCheck:
+    """An admin's check as a peer or the store sends it; BadInput when it does not read."""
+    if not isinstance(fields, Mapping):
+        raise BadInput("appCheck", "must be an object")
+    app = _app(fields)
+    set_ms = wire.timestamp(fields.get("setAt"), "appCheck.setAt")
+    by = fields.get("setBy")
+    if set_ms is None or not (by is None or (isinstance(by, str) and len(by) <= MAX_BY)):
+        raise BadInput("appCheck", f"needs setAt, and a setBy of {MAX_BY} characters at most")
+    spec = {
+        k: v for k in ("check", "interval", "timeout", "path") if (v := fields.get(k)) is not None
+    }
+    return app_check_from(app, spec, now_ms=set_ms, by=by)
+
+
+def app_check_removal_fields(app: str, at_ms: int) -> dict[str, Any]:
+    return {"app": app, "removedAt": at_ms}
+
+
+def app_check_removal_from_fields(fields: object) -> tuple[str, int]:
+    if not isinstance(fields, Mapping):
+        raise BadInput("appCheckRemoved", "must be an object")
+    at_ms = wire.timestamp(fields.get("removedAt"), "appCheckRemoved.removedAt")
+    if at_ms is None:
+        raise BadInput("appCheckRemoved.removedAt", "missing")
+    return _app(fields), at_ms
+
+
+def app_checks_document(checks: AppChecks) -> dict[str, list[dict[str, Any]]]:
+    """Every admin's check and removal, for a peer's start-up sync and anti-entropy."""
+    return {
+        "set": [app_check_fields(check) for check in checks],
+        "removed": [app_check_removal_fields(app, at_ms) for app, at_ms in checks.removals()],
+    }
+
+
+def app_checks_from_document(
+    document: object,
+) -> tuple[list[AppCheck], list[tuple[str, int]]]:
+    """A peer's admins' checks and removals; an entry that does not read is left out."""
+    if not isinstance(document, Mapping):
+        return [], []
+    checks, removals = [], []
+    for fields in _listed(document.get("set")):
+        with contextlib.suppress(BadInput):
+            checks.append(app_check_from_fields(fields))
+    for fields in _listed(document.get("removed")):
+        with contextlib.suppress(BadInput):
+            removals.append(app_check_removal_from_fields(fields))
+    return checks, removals
+
+
+def _app(fields: Mapping[str, Any]) -> str:
+    app = fields.get("app")
+    if not isinstance(app, str) or not app or len(app) > MAX_APP:
+        raise BadInput("appCheck.app", f"must name an application ({MAX_APP} characters at most)")
+    wire.check_path_segment(app, "appCheck.app")
+    return app.upper()
+
+
+def _listed(value: object) -> list[object]:
+    return value if isinstance(value, list) else []

@@ -61,6 +61,8 @@ class ReplicationAction(StrEnum):
     CANCEL = "Cancel"
     STATUS_UPDATE = "StatusUpdate"
     DELETE_STATUS_OVERRIDE = "DeleteStatusOverride"
+    # Ours, sent to our peers only: an admin's check on an application (core/app_checks.py).
+    APP_CHECK = "AppCheck"
 
 
 # array_like: the store keeps an instance as a JSON array of its fields in this order

@@ -10,6 +10,7 @@ part, which sends it to the peers. Subscribers never reach into the dictionaries
 
 from __future__ import annotations
 
+import contextlib
 import secrets
 from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
@@ -19,6 +20,7 @@ import structlog
 from msgspec.structs import replace
 
 from registry.common.hashcode import hash_of_counts
+from registry.core.app_checks import AppCheck, AppChecks
 from registry.core.checks import CHECK_KEY, HELD_FOREVER_MS, CheckVerdicts, held_by_server
 from registry.core.model import (
     ActionType,
@@ -107,6 +109,9 @@ class Registry(OverrideCommands):
         self.overrides = Overrides()
         # Instances server-side health checks hold DOWN (core/checks.py).
         self.checks = CheckVerdicts()
+        # Admins' checks by application (core/app_checks.py).
+        self.app_checks = AppChecks()
+        self._on_app_check: list[Callable[[str, AppCheck | None], None]] = []
         # Instances cancelled or evicted, so no copy of them comes back (core/tombstones.py).
         self.tombstones = Tombstones(
             retention_ms=tombstone_retention_ms, margin_ms=removal_margin_ms
@@ -135,10 +140,11 @@ class Registry(OverrideCommands):
 
     def subscribe(self, part: Subscriber) -> None:
         """Tell `part` from now on of the news it takes (the `Subscriber` methods it has)."""
-        add = {
+        add: dict[str, Callable[[Any], None]] = {
             "on_change": self._on_change.append,
             "on_load": self._on_load.append,
             "on_override": self.overrides.listen,
+            "on_app_check": self._on_app_check.append,
             "on_first_renewal": self._on_first_renewal.append,
             "on_replicate": self._on_replicate.append,
         }
@@ -202,7 +208,7 @@ class Registry(OverrideCommands):
             self.overrides.take(registrant.app, iid, registrant.overridden_status, now_ms)
         override = self.overrides.get(iid)
         claim = _claimed(registrant) if is_replication else registrant.status
-        if iid in self.checks and CHECK_KEY not in registrant.metadata:
+        if iid in self.checks and not self.asks_check(registrant):
             self.checks.release(iid)  # it asks for no check any more: nothing would release it
         status, decision = decide(
             CHAIN,
@@ -259,6 +265,44 @@ class Registry(OverrideCommands):
         assert claim is not None
         override = self.overrides.get(instance_id)
         return self._restatus(lease, claim, override, now_ms, replicate=replicate)
+
+    def asks_check(self, instance: InstanceInfo) -> bool:
+        """Whether a server-side check applies to `instance`: one its metadata asks for, or
+        an admin's on its application."""
+        return CHECK_KEY in instance.metadata or instance.app in self.app_checks
+
+    def set_app_check(self, check: AppCheck, *, is_replication: bool = False) -> bool:
+        """An admin's check on an application (core/app_checks.py), here or from a peer:
+        taken when it is the later decision. Whether it was; an admin's call here goes to the
+        peers either way (one may have missed the decision)."""
+        taken = self.app_checks.take(check)
+        if taken:
+            log.info("app_check_set", app=check.app, check=check.kind, by=check.by)
+            for on_app_check in self._on_app_check:
+                on_app_check(check.app, check)
+        if not is_replication:
+            self._replicate(_A.APP_CHECK, check.app, "", at_ms=check.set_ms)
+        return taken
+
+    def remove_app_check(
+        self, app: str, *, at_ms: int, now_ms: int, is_replication: bool = False
+    ) -> bool:
+        """The admin's check on `app` removed at `at_ms`, when that is the later decision: the
+        instances it held DOWN that ask for no check of their own are released here (every
+        node hears of the removal and releases its own). Whether it was taken."""
+        if not self.app_checks.take_removal(app, at_ms):
+            return False
+        log.info("app_check_removed", app=app)
+        for on_app_check in self._on_app_check:
+            on_app_check(app, None)
+        for lease in list(self._apps.get(app, {}).values()):
+            iid = lease.instance.instance_id
+            if iid in self.checks and CHECK_KEY not in lease.instance.metadata:
+                with contextlib.suppress(UnknownInstance):  # its lease ran out: it goes
+                    self.check_passed(app, iid, now_ms=now_ms, replicate=False)
+        if not is_replication:
+            self._replicate(_A.APP_CHECK, app, "", at_ms=at_ms)
+        return True
 
     def _restatus(
         self,
@@ -370,14 +414,21 @@ class Registry(OverrideCommands):
         *,
         tombstones: Iterable[Tombstone] = (),
         override_removals: Iterable[tuple[str, str, int]] = (),
+        app_checks: Iterable[AppCheck] = (),
+        app_check_removals: Iterable[tuple[str, int]] = (),
     ) -> None:
-        """Take a store's overrides, their notes, override removals, tombstones and index (a
-        warm restart), before its instances come back: restored instances then show their
-        overrides, and the index never goes backwards. No subscriber is told: the store holds
-        them already (see `load` for what its instances may carry beyond them)."""
+        """Take a store's overrides, their notes, override removals, tombstones, admins'
+        checks and index (a warm restart), before its instances come back: restored instances
+        then show their overrides and get their checks, and the index never goes backwards.
+        No subscriber is told: the store holds them already (see `load` for what its
+        instances may carry beyond them)."""
         self.overrides.restore(overrides, notes, override_removals)
         for tombstone in tombstones:
             self.tombstones.put(tombstone)
+        for check in app_checks:
+            self.app_checks.take(check)
+        for app, at_ms in app_check_removals:
+            self.app_checks.take_removal(app, at_ms)
         self.index = max(self.index, index)
 
     def adopt(self, instance: InstanceInfo, *, now_ms: int, last_renewal_ms: int) -> bool:

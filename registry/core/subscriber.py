@@ -10,13 +10,21 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from registry.core.app_checks import AppCheck
 from registry.core.model import ChangeEvent, InstanceStatus, Lease, ReplicationAction
 from registry.core.overrides import OverrideChange
 
 if TYPE_CHECKING:
     from registry.core.registry import Registry
 
-NEWS = ("on_change", "on_load", "on_override", "on_first_renewal", "on_replicate")
+NEWS = (
+    "on_change",
+    "on_load",
+    "on_override",
+    "on_app_check",
+    "on_first_renewal",
+    "on_replicate",
+)
 
 
 class Subscriber:
@@ -31,6 +39,10 @@ class Subscriber:
 
     def on_override(self, change: OverrideChange) -> None:
         """An override or its note changed (set, deleted, expired, its instance cancelled)."""
+
+    def on_app_check(self, app: str, check: AppCheck | None) -> None:
+        """An admin's check on an application was set, replaced or removed (None), here or
+        on a peer (core/app_checks.py)."""
 
     def on_first_renewal(self, lease: Lease) -> None:
         """A lease was renewed for the first time: its client renews, from now on."""

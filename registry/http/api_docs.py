@@ -180,6 +180,27 @@ OVERRIDE_HISTORY = _op(
         _query("limit", "changes in this page, 1 to 10 000 (1 000 by default)"),
     ],
 )
+NO_CHECK = _error("No check is set on this application.")
+APP_CHECKS = _op("Admins' checks on applications", {"200": _JSON_DOC})
+APP_CHECK = _op(
+    "The admin's check on an application, and the instances it checks and cannot",
+    {"200": _JSON_DOC, "404": NO_CHECK},
+)
+SET_APP_CHECK = _op(
+    "Check every instance of an application (over what its metadata asks); on disk before the "
+    "answer",
+    {"200": _JSON_DOC, "400": BAD, "503": STORE_503},
+    requestBody={
+        "required": True,
+        "description": '{"check": "http" or "tcp", "interval": seconds (10), "timeout": '
+        'seconds (2), "path": "/health" (http: instead of each healthCheckUrl)}',
+        "content": {"application/json": {}},
+    },
+)
+REMOVE_APP_CHECK = _op(
+    "Remove the application's check: its instances go back to their own metadata's",
+    {"200": _NO_BODY, "404": NO_CHECK, "503": STORE_503},
+)
 WATCH = _op(
     "Changes as Server-Sent Events (ADDED, MODIFIED, DELETED, reset)",
     {

@@ -243,6 +243,16 @@ def _checks(app: web.Application) -> Iterator[Metric]:
         "Instances a server-side check holds DOWN",
         len(app[REGISTRY].checks),
     )
+    yield _gauge(
+        "registry_application_checks",
+        "Applications an admin set a check on",
+        len(app[REGISTRY].app_checks),
+    )
+    yield _gauge(
+        "registry_instances_not_checkable",
+        "Instances their application's check cannot be run for (see status/explain)",
+        len(checker.unchecked),
+    )
 
 
 def _counter(name: str, documentation: str, value: float) -> CounterMetricFamily:

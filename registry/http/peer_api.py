@@ -46,7 +46,13 @@ from orjson import Fragment
 from registry import errors
 from registry.appkeys import CHECKER, CLOCK, CLUSTER, DIGESTS, REGISTRY
 from registry.codec import instance_from_wire, json_codec, wire
-from registry.codec.checks import held_from_item, holds_document
+from registry.codec.checks import (
+    app_check_from_fields,
+    app_check_removal_from_fields,
+    app_checks_document,
+    held_from_item,
+    holds_document,
+)
 from registry.codec.notes import note_from, notes_document, removals_document
 from registry.common.tasks import Pacer
 from registry.core.model import InstanceStatus, ReplicationAction
@@ -128,6 +134,7 @@ async def digests(request: web.Request) -> web.Response:
         "overrideNotes": notes_document(registry.overrides.notes, registry.overrides),
         "overridesRemoved": removals_document(registry.overrides.notes),
         "checkHolds": holds_document(registry.checks),
+        "appChecks": app_checks_document(registry.app_checks),
         # The instances this node checks: its word on whether they are held is the last.
         "checkVerdicts": _verdicts(request),
     }
@@ -203,6 +210,9 @@ def apply(registry: Registry, item: object, now_ms: int, skew_ms: int) -> None:
     action = _ACTIONS.get(named) if isinstance(named, str) else None
     if action is None:
         raise errors.BadInput("action", f"must be one of {sorted(_ACTIONS)}")
+    if action is _A.APP_CHECK:
+        _apply_app_check(registry, item, now_ms, skew_ms)
+        return
     app = _required_text(item, "appName").upper()
     iid = _required_text(item, "id")
     last_dirty_ms = wire.not_ahead(
@@ -286,6 +296,21 @@ def apply(registry: Registry, item: object, now_ms: int, skew_ms: int) -> None:
             is_replication=True,
             removed_ms=removed_at,
         )
+
+
+def _apply_app_check(
+    registry: Registry, item: Mapping[str, Any], now_ms: int, skew_ms: int
+) -> None:
+    """An admin's check on an application, set or removed on the peer: the later decision
+    wins (registry/core/app_checks.py)."""
+    if "appCheck" in item:
+        check = app_check_from_fields(item["appCheck"])
+        wire.not_ahead(check.set_ms, "appCheck.setAt", now_ms=now_ms, skew_ms=skew_ms)
+        registry.set_app_check(check, is_replication=True)
+        return
+    app, at_ms = app_check_removal_from_fields(item.get("appCheckRemoved"))
+    wire.not_ahead(at_ms, "appCheckRemoved.removedAt", now_ms=now_ms, skew_ms=skew_ms)
+    registry.remove_app_check(app, at_ms=at_ms, now_ms=now_ms, is_replication=True)
 
 
 def _required_text(item: Mapping[str, Any], key: str) -> str:

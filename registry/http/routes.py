@@ -18,6 +18,7 @@ from registry.appkeys import CLOCK, CREDENTIALS, LIMITER, REGISTRY, REQUESTS, SE
 from registry.http import (
     admin_api,
     api_docs,
+    check_api,
     discovery_api,
     instance_api,
     metrics_api,
@@ -132,6 +133,14 @@ VERSIONED: dict[str, dict[str, Route]] = {
     "/overrides": {"GET": Route(plane=_A, doc=api_docs.OVERRIDES, handler=admin_api.overrides)},
     "/overrides/history": {
         "GET": Route(plane=_A, doc=api_docs.OVERRIDE_HISTORY, handler=admin_api.override_history)
+    },
+    "/checks": {"GET": Route(plane=_A, doc=api_docs.APP_CHECKS, handler=check_api.checks)},
+    "/checks/{app}": {
+        "GET": Route(plane=_A, doc=api_docs.APP_CHECK, handler=check_api.app_check),
+        "PUT": Route(plane=_A, doc=api_docs.SET_APP_CHECK, handler=check_api.set_app_check),
+        "DELETE": Route(
+            plane=_A, doc=api_docs.REMOVE_APP_CHECK, handler=check_api.remove_app_check
+        ),
     },
     "/watch": {"GET": Route(plane=_C, doc=api_docs.WATCH, handler=watch_api.watch)},
     "/peerreplication/batch": {

@@ -127,8 +127,11 @@ def _check(check: dict[str, Any] | None) -> str:
     """Under the status: the server-side check and its last result, if the instance has one."""
     if check is None:
         return ""
+    if "notCheckable" in check:  # the application's check cannot reach this one
+        return f'<div class="sub">not checkable: {escape(check["notCheckable"])}</div>'
     last = check["lastResult"] or "not run yet"
-    return f'<div class="sub">{escape(check["check"])}: {escape(last)}</div>'
+    source = " (the application's)" if check["setOn"] == "application" else ""
+    return f'<div class="sub">{escape(check["check"])}{source}: {escape(last)}</div>'
 
 
 def _row(lease: Lease, note: Note | None, check: str, *, now_ms: int, admin: bool) -> str:
@@ -202,7 +205,7 @@ def _summary(app: web.Application, now_ms: int) -> str:
         _store(health["store"]),
     ]
     checker = app[CHECKER]
-    if checker is not None and checker.checked:
+    if checker is not None and (checker.checked or checker.unchecked):
         held = len(registry.checks)
         cards.append(
             _card(
@@ -210,7 +213,9 @@ def _summary(app: web.Application, now_ms: int) -> str:
                 "warn" if held else "ok",
                 f"{_count(len(checker.checked), 'instance')} checked",
                 f"{held} held DOWN by their check · {checker.stats.checks} checks run, "
-                f"{checker.stats.failures} failed",
+                f"{checker.stats.failures} failed · "
+                f"{_count(len(registry.app_checks), 'application')} checked by an admin"
+                + (f", {len(checker.unchecked)} not checkable" if checker.unchecked else ""),
             )
         )
     membership = health["membership"]

@@ -1,16 +1,16 @@
 """A warm restart: the registry as the store kept it, before the node serves.
 
-Overrides, override removals and tombstones come back first, so restored instances show
-their overrides at once. Instances come back in bulk (`Registry.load`) as registrations that
-keep their last renewal written (old evidence, which never outweighs a peer's removal made
-after it) with a lease duration of grace: the ones still running renew as before, and the
-ones that died while the node was down expire at the end of the grace, as any silent instance
-does, or sooner, when a peer's removal of them arrives (peers/anti_entropy.py).
-The registry index goes on from where it was, so Eureka clients' delta versions never go back;
-every index up to the restored state is forgotten by the journal (and the epoch is new), so a
-client long-polling or watching from an index of the last run is told to re-fetch in full.
-(An index of the last run beyond the restored one, from changes it never wrote, is caught only
-by the epoch, which clients should send.)
+Overrides, override removals, tombstones and admins' checks come back first, so restored
+instances show their overrides (and get their checks) at once. Instances come back in bulk
+(`Registry.load`) as registrations that keep their last renewal written (old evidence, which
+never outweighs a peer's removal made after it) with a lease duration of grace: the ones still
+running renew as before, and the ones that died while the node was down expire at the end of
+the grace, as any silent instance does, or sooner, when a peer's removal of them arrives
+(peers/anti_entropy.py). The registry index goes on from where it was, so Eureka clients' delta
+versions never go back; every index up to the restored state is forgotten by the journal (and
+the epoch is new), so a client long-polling or watching from an index of the last run is told
+to re-fetch in full. (An index of the last run beyond the restored one, from changes it never
+wrote, is caught only by the epoch, which clients should send.)
 """
 
 from __future__ import annotations
@@ -35,6 +35,8 @@ def restore(registry: Registry, journal: DeltaJournal, snapshot: Snapshot, *, no
         notes_of(snapshot.overrides),
         tombstones=snapshot.tombstones,
         override_removals=snapshot.override_removals,
+        app_checks=snapshot.app_checks,
+        app_check_removals=snapshot.app_check_removals,
     )
     # At the time the store read them as registered: most need not be made again.
     now_ms = snapshot.registered_ms or now_ms
@@ -80,6 +82,10 @@ def restore_missing(
     registry.restore({o.instance_id: o.status for o in missing}, 0, notes_of(missing))
     for tombstone in snapshot.tombstones:
         registry.tombstones.put(tombstone)
+    for check in snapshot.app_checks:  # those decided later meanwhile win (core/app_checks.py)
+        registry.set_app_check(check, is_replication=True)
+    for app, at_ms in snapshot.app_check_removals:
+        registry.remove_app_check(app, at_ms=at_ms, now_ms=now_ms, is_replication=True)
     count = 0
     for instance in snapshot.instances:
         key = (instance.app, instance.instance_id)

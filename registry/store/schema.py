@@ -7,7 +7,7 @@ written by a newer server and is refused rather than misread.
 
 from __future__ import annotations
 
-VERSION = 5
+VERSION = 6
 
 MIGRATIONS: dict[int, tuple[str, ...]] = {
     1: (
@@ -86,5 +86,11 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         # (the client's claim, since when, why); NULL: none. A restart keeps it held, so the
         # check's recovery releases it.
         "ALTER TABLE instances ADD COLUMN check_hold TEXT",
+    ),
+    6: (
+        # Admins' checks on applications (registry/core/app_checks.py), as peers exchange
+        # them: {"app", "check", "interval", "timeout", "path", "setAt", "setBy"}, or a
+        # removal {"app", "removedAt"}, which is kept so that an older check never returns.
+        "CREATE TABLE app_checks (app TEXT PRIMARY KEY, doc TEXT NOT NULL)",
     ),
 }

@@ -20,7 +20,13 @@ import orjson
 import structlog
 
 from registry.codec import wire
-from registry.codec.checks import held_fields, held_from_item
+from registry.codec.checks import (
+    app_check_from_fields,
+    app_check_removal_from_fields,
+    held_fields,
+    held_from_item,
+)
+from registry.core.app_checks import AppCheck
 from registry.core.checks import HeldDown
 from registry.core.model import InstanceInfo, InstanceStatus, LeaseRecord
 from registry.core.overrides import OverrideChange
@@ -79,6 +85,8 @@ class Batch:
     overrides_set: list[StoredOverride] = field(default_factory=list)
     overrides_gone: list[str] = field(default_factory=list)  # instance ids
     tombstones: list[Tombstone] = field(default_factory=list)  # of the instances deleted
+    # Admins' checks by application, each as its row's document (registry/codec/checks.py).
+    app_checks: dict[str, dict[str, object]] = field(default_factory=dict)
     # Every change the overrides went through, in order: the history's rows.
     history: list[OverrideChange] = field(default_factory=list)
     index: int = 0
@@ -102,6 +110,8 @@ class Snapshot:
     override_removals: list[tuple[str, str, int]] = field(default_factory=list)
     # The media types full documents were last read in (see Catalog.keep_warm)
     read_formats: list[str] = field(default_factory=list)
+    app_checks: list[AppCheck] = field(default_factory=list)
+    app_check_removals: list[tuple[str, int]] = field(default_factory=list)  # (app, when)
 
 
 class Store:
@@ -221,6 +231,7 @@ class Store:
                 "AND id NOT IN (SELECT id FROM overrides) GROUP BY id"
             )
         ]
+        app_checks, app_check_removals = await self._app_checks()
         rows = await self._db.execute_fetchall("SELECT key, value FROM meta")
         meta: dict[str, str] = {key: value for key, value in rows}
         index, epoch = int(meta.get("index", 0)), meta.get("epoch")
@@ -235,7 +246,22 @@ class Store:
             tombstones=tombstones,
             override_removals=removals,
             read_formats=[f for f in meta.get(READ_FORMATS, "").split(",") if f],
+            app_checks=app_checks,
+            app_check_removals=app_check_removals,
         )
+
+    async def _app_checks(self) -> tuple[list[AppCheck], list[tuple[str, int]]]:
+        checks, removals = [], []
+        for app, doc in await self._db.execute_fetchall("SELECT app, doc FROM app_checks"):
+            try:
+                fields = orjson.loads(doc)
+                if isinstance(fields, dict) and "removedAt" in fields:
+                    removals.append(app_check_removal_from_fields(fields))
+                else:
+                    checks.append(app_check_from_fields(fields))
+            except (BadInput, ValueError) as exc:
+                log.error("store_row_unreadable", table="app_checks", app=app, cause=str(exc))
+        return checks, removals
 
     async def history(
         self, *, since_ms: int = 0, after: int = 0, limit: int = 1000
@@ -273,6 +299,7 @@ class Store:
                 await db.execute("DELETE FROM instances")
                 await db.execute("DELETE FROM overrides")
                 await db.execute("DELETE FROM tombstones")
+                await db.execute("DELETE FROM app_checks")
             # One statement over a JSON array rather than executemany: SQLite then runs the
             # whole batch without taking Python's GIL back for each row, which a busy event
             # loop would make it wait for, 5 ms at a time.
@@ -329,6 +356,10 @@ class Store:
                     "WHERE seq <= (SELECT max(seq) FROM override_history) - ?",
                     (HISTORY_ROWS,),
                 )
+            await db.executemany(
+                "INSERT OR REPLACE INTO app_checks VALUES (?, ?)",
+                [(app, orjson.dumps(doc).decode()) for app, doc in batch.app_checks.items()],
+            )
             await db.executemany(
                 "INSERT OR REPLACE INTO meta VALUES (?, ?)",
                 [("index", str(batch.index)), ("epoch", batch.epoch)],

@@ -30,7 +30,9 @@ from pathlib import Path
 
 import structlog
 
+from registry.codec.checks import app_check_fields, app_check_removal_fields
 from registry.common.clock import Clock
+from registry.core.app_checks import AppCheck
 from registry.core.checks import HeldDown
 from registry.core.model import ActionType, ChangeEvent, InstanceStatus, LeaseRecord, LeaseSnapshot
 from registry.core.overrides import Note, OverrideAction, OverrideChange
@@ -85,6 +87,7 @@ class StoreWriter(Subscriber):
         self._instances: dict[InstanceKey, LeaseSnapshot | None] = {}  # None: removed
         self._overrides: dict[str, StoredOverride | None] = {}  # by instance id; None: gone
         self._history: list[OverrideChange] = []
+        self._app_checks: dict[str, dict[str, object]] = {}  # by application: its row
         self._flushing = asyncio.Lock()  # one flush at a time, so a retry never overtakes
         self._in_flight = 0  # changes in the transaction under way
         # Changes received, and how many of the first of them are on disk: a caller waiting
@@ -171,6 +174,11 @@ class StoreWriter(Subscriber):
         else:
             self._overrides[iid] = _stored(change.app, iid, status, change.note, change.at_ms)
 
+    def on_app_check(self, app: str, check: AppCheck | None) -> None:
+        """Registry listener: the application's check, or its removal, is its row."""
+        self._received += 1
+        self._app_checks[app] = _app_check_row(self._registry, app)
+
     async def history(
         self, *, since_ms: int = 0, after: int = 0, limit: int = 1000
     ) -> tuple[list[dict[str, object]], int | None]:
@@ -231,14 +239,19 @@ class StoreWriter(Subscriber):
             await self._close()
             self._rewrite = True
         store = self._store or await self._opened()
-        if not (self._rewrite or self._instances or self._overrides or self._history):
+        if not (
+            self._rewrite or self._instances or self._overrides or self._history or self._app_checks
+        ):
             return
         instances, self._instances = self._instances, {}
         overrides, self._overrides = self._overrides, {}
         history, self._history = self._history, []
+        app_checks, self._app_checks = self._app_checks, {}
         rewrite, taken = self._rewrite, self._received
         batch = self._whole_registry() if rewrite else self._batch(instances, overrides)
         batch = dataclasses.replace(batch, history=history)
+        if not rewrite:
+            batch = dataclasses.replace(batch, app_checks=app_checks)
         self._in_flight = len(instances) + len(history)
         write = asyncio.ensure_future(store.write(batch))
         try:
@@ -248,12 +261,12 @@ class StoreWriter(Subscriber):
             # cancel, says whether this batch is written, so history is never written twice.
             await asyncio.wait([write])
             if write.cancelled() or write.exception() is not None:
-                self._requeue(instances, overrides, history)
+                self._requeue(instances, overrides, history, app_checks)
             else:
                 self._written(rewrite, taken)
             raise
         except BaseException:
-            self._requeue(instances, overrides, history)
+            self._requeue(instances, overrides, history, app_checks)
             raise
         self._written(rewrite, taken)
 
@@ -276,6 +289,7 @@ class StoreWriter(Subscriber):
         instances: dict[InstanceKey, LeaseSnapshot | None],
         overrides: dict[str, StoredOverride | None],
         history: list[OverrideChange],
+        app_checks: dict[str, dict[str, object]],
     ) -> None:
         """A batch that was not written waits for the next flush; changes made while it was
         under way are newer, and win."""
@@ -283,6 +297,7 @@ class StoreWriter(Subscriber):
         self._instances = instances | self._instances
         self._overrides = overrides | self._overrides
         self._history = history + self._history
+        self._app_checks = app_checks | self._app_checks
 
     def _batch(
         self,
@@ -314,6 +329,9 @@ class StoreWriter(Subscriber):
                 for iid, status in self._registry.overrides.items()
             ],
             tombstones=list(self._registry.tombstones),
+            app_checks={
+                app: _app_check_row(self._registry, app) for app in _checked_apps(self._registry)
+            },
             index=self._registry.index,
             epoch=self._registry.epoch,
             everything=True,
@@ -398,3 +416,19 @@ def _stored(
     if note is None:
         return StoredOverride(app, iid, status, None, at_ms, None)
     return StoredOverride(note.app, iid, status, note.reason, note.set_ms, note.expires_ms, note.by)
+
+
+def _checked_apps(registry: Registry) -> list[str]:
+    """The applications with an admin's check, or with a check removed."""
+    return [check.app for check in registry.app_checks] + [
+        app for app, _ in registry.app_checks.removals()
+    ]
+
+
+def _app_check_row(registry: Registry, app: str) -> dict[str, object]:
+    """The application's check as it is now (a later change than the one told may have come
+    meanwhile: the row is the newest), or its removal."""
+    check = registry.app_checks.get(app)
+    if check is not None:
+        return app_check_fields(check)
+    return app_check_removal_fields(app, registry.app_checks.removed_at(app) or 0)

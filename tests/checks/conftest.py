@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
+from registry import FakeClock
+from tests.helpers import instance_doc
 from tests.peers.apps import AiohttpServer
 
 
@@ -61,3 +64,33 @@ async def port() -> AsyncIterator[Port]:
     opened = await Port().open()
     yield opened
     await opened.close()
+
+
+async def run_checks(clock: FakeClock, seconds: float) -> None:
+    """Move the clock `seconds` in steps, letting the checks' real round trips complete."""
+    for _ in range(int(seconds * 10)):
+        await clock.advance(0.1)
+        await asyncio.sleep(0.01)
+
+
+async def checks_until(clock: FakeClock, done: Callable[[], bool], seconds: float = 30) -> None:
+    """Move the clock in steps until `done()` (checks are real round trips: on a busy machine
+    one may take more than a step)."""
+    for _ in range(int(seconds * 10)):
+        if done():
+            return
+        await clock.advance(0.1)
+        await asyncio.sleep(0.01)
+    raise AssertionError("the checks did not get there")
+
+
+def served_at(iid: str, port: int, **metadata: str) -> dict[str, Any]:
+    """An ORDERS instance on loopback at `port`, its healthCheckUrl there: a target's."""
+    return instance_doc(
+        "ORDERS",
+        iid,
+        ipAddr="127.0.0.1",
+        port={"$": port, "@enabled": "true"},
+        healthCheckUrl=f"http://127.0.0.1:{port}/health",
+        metadata=metadata,
+    )

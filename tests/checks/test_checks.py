@@ -9,7 +9,6 @@ round trips happen."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -17,7 +16,7 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from registry import FakeClock, Settings, create_app
 from registry.appkeys import CHECKER
-from tests.checks.conftest import Port, Target
+from tests.checks.conftest import Port, Target, checks_until, run_checks
 from tests.helpers import JSON, free_port, instance_doc, next_event
 from tests.peers.apps import AiohttpClient
 
@@ -54,24 +53,6 @@ async def register(node: TestClient, doc: dict[str, Any]) -> int:
 async def status(node: TestClient) -> str:
     document = await (await node.get("/eureka/apps/ORDERS/i-1", headers=JSON)).json()
     return str(document["instance"]["status"])
-
-
-async def run_checks(clock: FakeClock, seconds: float) -> None:
-    """Move the clock `seconds` in steps, letting the checks' real round trips complete."""
-    for _ in range(int(seconds * 10)):
-        await clock.advance(0.1)
-        await asyncio.sleep(0.01)
-
-
-async def checks_until(clock: FakeClock, done: Callable[[], bool], seconds: float = 30) -> None:
-    """Move the clock in steps until `done()` (checks are real round trips: on a busy machine
-    one may take more than a step)."""
-    for _ in range(int(seconds * 10)):
-        if done():
-            return
-        await clock.advance(0.1)
-        await asyncio.sleep(0.01)
-    raise AssertionError("the checks did not get there")
 
 
 def in_a_row(node: TestClient) -> tuple[int, int]:

@@ -45,6 +45,9 @@ ADMIN_ENDPOINTS = [
     ("GET", "/eureka/overrides"),
     ("GET", "/eureka/overrides/history"),
     ("GET", "/eureka/serverinfo/statusoverrides"),
+    ("GET", "/eureka/checks"),
+    ("PUT", "/eureka/checks/ORDERS"),
+    ("DELETE", "/eureka/v2/checks/ORDERS"),
 ]
 PEER_ENDPOINTS = [
     ("POST", "/eureka/peerreplication/batch"),
