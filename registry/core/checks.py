@@ -53,12 +53,14 @@ class CheckVerdicts:
     def get(self, instance_id: str) -> HeldDown | None:
         return self._held.get(instance_id)
 
-    def hold(self, instance_id: str, claim: InstanceStatus, detail: str, now_ms: int) -> None:
+    def hold(self, instance_id: str, claim: InstanceStatus, detail: str, now_ms: int) -> bool:
+        """Hold the instance (or note the check's latest failure); whether it is a new hold."""
         held = self._held.get(instance_id)
         if held is None:
             self._held[instance_id] = HeldDown(claim, now_ms, detail)
-        else:
-            held.detail = detail
+            return True
+        held.detail = detail
+        return False
 
     def claimed(
         self, instance_id: str, claim: InstanceStatus, is_replication: bool

@@ -112,6 +112,7 @@ class Registry(OverrideCommands):
         # Admins' checks by application (core/app_checks.py).
         self.app_checks = AppChecks()
         self._on_app_check: list[Callable[[str, AppCheck | None], None]] = []
+        self._on_hold: list[Callable[[Lease], None]] = []
         # Instances cancelled or evicted, so no copy of them comes back (core/tombstones.py).
         self.tombstones = Tombstones(
             retention_ms=tombstone_retention_ms, margin_ms=removal_margin_ms
@@ -145,6 +146,7 @@ class Registry(OverrideCommands):
             "on_load": self._on_load.append,
             "on_override": self.overrides.listen,
             "on_app_check": self._on_app_check.append,
+            "on_hold": self._on_hold.append,
             "on_first_renewal": self._on_first_renewal.append,
             "on_replicate": self._on_replicate.append,
         }
@@ -249,8 +251,11 @@ class Registry(OverrideCommands):
         registration: the status a client's re-registration would carry)."""
         lease = self._live_lease(app, instance_id, now_ms)
         override = self.overrides.get(instance_id)
-        self.checks.hold(instance_id, _client_claim(lease, override), detail, now_ms)
-        return self._restatus(lease, InstanceStatus.DOWN, override, now_ms)
+        new = self.checks.hold(instance_id, _client_claim(lease, override), detail, now_ms)
+        changed = self._restatus(lease, InstanceStatus.DOWN, override, now_ms)
+        if new and not changed:
+            self._hold_changed(lease)
+        return changed
 
     def check_passed(
         self, app: str, instance_id: str, *, now_ms: int, replicate: bool = True
@@ -264,7 +269,14 @@ class Registry(OverrideCommands):
         claim = self.checks.release(instance_id)
         assert claim is not None
         override = self.overrides.get(instance_id)
-        return self._restatus(lease, claim, override, now_ms, replicate=replicate)
+        changed = self._restatus(lease, claim, override, now_ms, replicate=replicate)
+        if not changed:
+            self._hold_changed(lease)
+        return changed
+
+    def _hold_changed(self, lease: Lease) -> None:
+        for on_hold in self._on_hold:
+            on_hold(lease)
 
     def asks_check(self, instance: InstanceInfo) -> bool:
         """Whether a server-side check applies to `instance`: one its metadata asks for, or
@@ -596,6 +608,12 @@ class Registry(OverrideCommands):
         replication sender, which asks once per item and peer."""
         lease = self._apps.get(app, {}).get(instance_id)
         return None if lease is None or lease.is_expired(now_ms) else lease.instance
+
+    def keeps_ours(self, instance: InstanceInfo) -> bool:
+        """Whether registering `instance` would keep the copy held here, which is newer (its
+        lease run out or not: see `register`)."""
+        lease = self._apps.get(instance.app, {}).get(instance.instance_id)
+        return lease is not None and lease.instance.last_dirty_ms > instance.last_dirty_ms
 
     def find(self, instance_id: str, *, now_ms: int) -> Lease:
         """The live lease with this instance id, in whichever application holds it."""

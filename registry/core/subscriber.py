@@ -22,6 +22,7 @@ NEWS = (
     "on_load",
     "on_override",
     "on_app_check",
+    "on_hold",
     "on_first_renewal",
     "on_replicate",
 )
@@ -43,6 +44,10 @@ class Subscriber:
     def on_app_check(self, app: str, check: AppCheck | None) -> None:
         """An admin's check on an application was set, replaced or removed (None), here or
         on a peer (core/app_checks.py)."""
+
+    def on_hold(self, lease: Lease) -> None:
+        """A check took hold of the instance, or let it go, and its status did not change
+        (a change event tells the rest): for the store, which keeps the hold with it."""
 
     def on_first_renewal(self, lease: Lease) -> None:
         """A lease was renewed for the first time: its client renews, from now on."""

@@ -230,6 +230,11 @@ def _checks(app: web.Application) -> Iterator[Metric]:
     yield _counter(
         "registry_health_check_failures", "Server-side health checks failed", stats.failures
     )
+    yield _counter(
+        "registry_health_check_errors",
+        "Server-side health checks this node could not run for a fault of its own (logged)",
+        stats.errors,
+    )
     yield stats.latency.family(
         "registry_health_check_seconds", "How long a server-side health check took"
     )

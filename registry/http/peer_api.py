@@ -136,18 +136,19 @@ async def digests(request: web.Request) -> web.Response:
         "checkHolds": holds_document(registry.checks),
         "appChecks": app_checks_document(registry.app_checks),
         # The instances this node checks: its word on whether they are held is the last.
-        "checkVerdicts": _verdicts(request),
+        "checkVerdicts": await _verdicts(request),
     }
     return web.Response(
         body=orjson.dumps(body), content_type="application/json", headers=_checks_header(request)
     )
 
 
-def _verdicts(request: web.Request) -> dict[str, dict[str, object]]:
+async def _verdicts(request: web.Request) -> dict[str, dict[str, object]]:
     checker = request.app[CHECKER]
     if checker is None:
         return {}
-    return {iid: {"app": app, "held": held} for iid, (app, held) in checker.verdicts().items()}
+    verdicts = await checker.verdicts()
+    return {iid: {"app": app, "held": held} for iid, (app, held) in verdicts.items()}
 
 
 def _checks_header(request: web.Request) -> dict[str, str]:
@@ -239,15 +240,18 @@ def apply(registry: Registry, item: object, now_ms: int, skew_ms: int) -> None:
             lease_info.get("lastRenewalTimestamp") if isinstance(lease_info, Mapping) else None,
             "instanceInfo.leaseInfo.lastRenewalTimestamp",
         )
-        if "checkHeld" in item:  # a check's hold, as the sender has it: taken before the
-            # registration, which the chain then decides with it (registry/core/checks.py)
+        # A check's hold, as the sender has it: taken before the registration, which the
+        # chain then decides with it (registry/core/checks.py); unless ours is newer, and
+        # the registration keeps ours (with our hold).
+        holds = "checkHeld" in item and not registry.keeps_ours(instance)
+        if holds:
             before = registry.checks.take(iid, held_from_item(item["checkHeld"]))
         try:
             registry.register(
                 instance, now_ms=now_ms, is_replication=True, last_renewal_ms=renewed or now_ms
             )
         except errors.RegistryError:
-            if "checkHeld" in item:
+            if holds:
                 registry.checks.take(iid, before)  # nothing was registered: nothing held
             raise
     elif action is _A.HEARTBEAT:

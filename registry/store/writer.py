@@ -34,7 +34,14 @@ from registry.codec.checks import app_check_fields, app_check_removal_fields
 from registry.common.clock import Clock
 from registry.core.app_checks import AppCheck
 from registry.core.checks import HeldDown
-from registry.core.model import ActionType, ChangeEvent, InstanceStatus, LeaseRecord, LeaseSnapshot
+from registry.core.model import (
+    ActionType,
+    ChangeEvent,
+    InstanceStatus,
+    Lease,
+    LeaseRecord,
+    LeaseSnapshot,
+)
 from registry.core.overrides import Note, OverrideAction, OverrideChange
 from registry.core.registry import Registry
 from registry.core.subscriber import Subscriber
@@ -158,6 +165,13 @@ class StoreWriter(Subscriber):
         self._instances[(instance.app, instance.instance_id)] = (
             None if event.action is ActionType.DELETED else event.lease
         )
+
+    def on_hold(self, lease: Lease) -> None:
+        """Registry listener: a check's hold came or went without a change of status; the
+        instance's row is written again, with its hold as it now is."""
+        instance = lease.instance
+        self._received += 1
+        self._instances[(instance.app, instance.instance_id)] = lease.snapshot()
 
     def on_override(self, change: OverrideChange) -> None:
         """Registry listener: the override's newest state is its row (none when gone), and the

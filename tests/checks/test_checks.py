@@ -15,7 +15,7 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
 from registry import FakeClock, Settings, create_app
-from registry.appkeys import CHECKER
+from registry.appkeys import CHECKER, REGISTRY
 from tests.checks.conftest import Port, Target, checks_until, run_checks
 from tests.helpers import JSON, free_port, instance_doc, next_event
 from tests.peers.apps import AiohttpClient
@@ -149,6 +149,27 @@ class TestSchedule:
         await run_checks(clock, 10)
         assert 8 <= port.accepted - before <= 12  # one a second
 
+    async def test_a_fault_of_the_registrys_is_no_verdict_and_checks_go_on(
+        self, node: TestClient, clock: FakeClock, port: Port, monkeypatch: pytest.MonkeyPatch
+    ):
+        """A check that raises what no probe should (a bug, injected here) is logged and
+        counted, holds nobody DOWN, and the next checks run as due."""
+        faults = 0
+
+        async def failing(spec: Any, clock: FakeClock) -> None:
+            nonlocal faults
+            faults += 1
+            raise RuntimeError("a bug")
+
+        monkeypatch.setattr("registry.checks.checker.probe", failing)
+        doc = checked_doc(port.number, **{"registry.check": "tcp"})
+        assert 204 == await register(node, doc)
+        await checks_until(clock, lambda: faults >= 4)
+        assert "UP" == await status(node)
+        metrics = await (await node.get("/metrics")).text()
+        errors = float(metrics.split("\nregistry_health_check_errors_total ")[1].split()[0])
+        assert errors >= 4
+
 
 class TestTcpCheck:
     async def test_a_closed_port_is_down_and_an_open_one_up(
@@ -279,6 +300,23 @@ class TestRestart:
             listener.close()
             await listener.wait_closed()
 
+    async def test_a_hold_that_changed_no_status_is_stored_too(
+        self, aiohttp_client: AiohttpClient, clock: FakeClock
+    ):
+        """Its client says DOWN itself: the check's hold changes nothing clients see, but it
+        is kept through a restart all the same (else the client's next UP would pass for
+        healthy there until the check failed again)."""
+        port = free_port()  # nothing listens: the check fails
+        settings = Settings(health_check_loopback=True)
+        first = await aiohttp_client(create_app(settings, clock=clock))
+        doc = {**checked_doc(port, **{"registry.check": "tcp"}), "status": "DOWN"}
+        assert 204 == await register(first, doc)
+        await checks_until(clock, lambda: in_a_row(first)[0] == 3)
+        assert "i-1" in first.app[REGISTRY].checks
+        await first.close()
+        second = await aiohttp_client(create_app(settings, clock=clock))
+        assert "i-1" in second.app[REGISTRY].checks
+
     async def test_a_node_started_with_checks_off_lets_its_holds_go(
         self, aiohttp_client: AiohttpClient, clock: FakeClock
     ):
@@ -311,3 +349,36 @@ class TestVerdicts:
         service.status = 503
         await checks_until(clock, lambda: in_a_row(node)[0] == 3)
         assert {"i-1": {"app": "ORDERS", "held": True}} == await verdicts()
+
+    async def test_a_peers_hold_comes_with_its_registration_only_when_that_wins(
+        self, node: TestClient
+    ):
+        """A hold rides on a peer's registration; one older than ours is not taken, and
+        neither is its hold: our newer copy decides with ours."""
+        ours = {**checked_doc(9), "lastDirtyTimestamp": "1735689000500"}
+        assert 204 == await register(node, ours)
+        held = {"claim": "UP", "since": 1735689000000, "detail": "HTTP 503"}
+
+        async def replicate(dirty: int) -> None:
+            copy = {**checked_doc(9), "lastDirtyTimestamp": str(dirty)}
+            item = {
+                "action": "Register",
+                "appName": "ORDERS",
+                "id": "i-1",
+                "lastDirtyTimestamp": dirty,
+                "instanceInfo": copy,
+                "checkHeld": held,
+            }
+            response = await node.post(
+                "/eureka/peerreplication/batch",
+                json={"replicationList": [item]},
+                headers={"X-Registry-Peer": "1"},
+            )
+            assert [200] == [a["statusCode"] for a in (await response.json())["responseList"]]
+
+        await replicate(1735689000100)  # older than ours
+        assert "UP" == await status(node)
+        assert "i-1" not in node.app[REGISTRY].checks
+        await replicate(1735689000900)  # newer
+        assert "DOWN" == await status(node)
+        assert "i-1" in node.app[REGISTRY].checks
