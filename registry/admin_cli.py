@@ -1,4 +1,5 @@
-"""The admin CLI: `python -m registry apps|instances|out-of-service|in-service|explain|status`.
+"""The admin CLI: `python -m registry apps|instances|out-of-service|in-service|explain|status|
+checks|check|uncheck`.
 
 It talks to a running server over HTTP (standard library only: a command is one request or
 two), prints readable tables, or the server's JSON with `--json`. The server's URL comes from
@@ -58,6 +59,14 @@ def add_commands(commands: Any) -> None:
     explain.add_argument("app")
     explain.add_argument("id")
     command("status", _status, "the server's status: self-preservation, store, peers")
+    command("checks", _checks, "the checks admins set on applications")
+    check = command("check", _check, "check every instance of an application")
+    check.add_argument("app")
+    check.add_argument("kind", choices=("http", "tcp"))
+    check.add_argument("--path", help="http: GET this at each instance (default: healthCheckUrl)")
+    check.add_argument("--interval", type=float, help="seconds between checks (default 10)")
+    check.add_argument("--timeout", type=float, help="seconds a check may take (default 2)")
+    command("uncheck", _uncheck, "remove an application's check").add_argument("app")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -152,6 +161,45 @@ def _status(args: argparse.Namespace) -> int:
     return 0
 
 
+def _checks(args: argparse.Namespace) -> int:
+    doc = _request(args, "GET", "checks")
+    if args.json:
+        return _print_json(doc)
+    rows = [
+        (
+            c["app"],
+            c["check"],
+            c["path"] or "",
+            f"{c['interval']:g}",
+            f"{c['timeout']:g}",
+            c["setBy"] or "",
+        )
+        for c in doc["checks"]
+    ]
+    _table(("APPLICATION", "CHECK", "PATH", "INTERVAL", "TIMEOUT", "SET BY"), rows)
+    return 0
+
+
+def _check(args: argparse.Namespace) -> int:
+    body: dict[str, Any] = {"check": args.kind}
+    for field in ("path", "interval", "timeout"):
+        if getattr(args, field) is not None:
+            body[field] = getattr(args, field)
+    doc = _request(args, "PUT", f"checks/{_segment(args.app)}", body=body)
+    if args.json:
+        return _print_json(doc)
+    print(f"{args.app.upper()}: {doc['checked']} of {doc['instances']} instances checked")
+    for refused in doc["notCheckable"]:
+        print(f"  not checkable: {refused['instanceId']}: {refused['reason']}")
+    return 0
+
+
+def _uncheck(args: argparse.Namespace) -> int:
+    _request(args, "DELETE", f"checks/{_segment(args.app)}")
+    print(f"{args.app.upper()}: check removed")
+    return 0
+
+
 # HTTP ---------------------------------------------------------------------------------------
 
 
@@ -170,12 +218,22 @@ def _authorization(args: argparse.Namespace) -> str | None:
 
 
 def _request(
-    args: argparse.Namespace, method: str, path: str, query: dict[str, str] | None = None
+    args: argparse.Namespace,
+    method: str,
+    path: str,
+    query: dict[str, str] | None = None,
+    *,
+    body: Any = None,
 ) -> Any:
-    """One call to the server; its JSON answer (None when empty), or CliError saying why."""
+    """One call to the server (`body` sent as JSON); its JSON answer (None when empty), or
+    CliError saying why."""
     base = args.server or os.environ.get("REGISTRY_SERVER") or DEFAULT_SERVER
     url = base.rstrip("/") + "/" + path + ("?" + urllib.parse.urlencode(query) if query else "")
-    request = urllib.request.Request(url, method=method, headers={"Accept": "application/json"})
+    headers = {"Accept": "application/json"}
+    data = None
+    if body is not None:
+        data, headers["Content-Type"] = orjson.dumps(body), "application/json"
+    request = urllib.request.Request(url, data=data, method=method, headers=headers)
     authorization = _authorization(args)
     if authorization:
         request.add_header("Authorization", authorization)

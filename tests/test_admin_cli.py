@@ -68,6 +68,20 @@ async def test_out_of_service_explain_and_back(server):
     assert ("UP", None) == (orjson.loads(out)["status"], orjson.loads(out)["override"])
 
 
+async def test_an_applications_check_set_listed_and_removed(server):
+    code, out, _ = await cli("check", "orders", "tcp", "--interval", "5", "--server", server)
+    assert 0 == code
+    assert out.startswith("ORDERS: ") and out.splitlines()[0].endswith("of 2 instances checked")
+    code, out, _ = await cli("checks", "--server", server)
+    assert ["ORDERS", "tcp", "5", "2"] == out.splitlines()[1].split()
+    code, out, _ = await cli("uncheck", "ORDERS", "--server", server)
+    assert (0, "ORDERS: check removed\n") == (code, out)
+    code, _, err = await cli("check", "ORDERS", "http", "--path", "health", "--server", server)
+    assert 1 == code and "400" in err and "path" in err
+    code, _, err = await cli("uncheck", "ORDERS", "--server", server)
+    assert 1 == code and "404" in err
+
+
 async def test_status(server):
     code, out, _ = await cli("status", "--server", server)
     assert 0 == code
