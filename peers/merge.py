@@ -117,7 +117,9 @@ def take_app_checks(registry: Registry, digest: Mapping[str, Any], *, now_ms: in
     """The admins' checks and check removals a peer's digest answer lists, where later than
     ours (registry/core/app_checks.py); how many changed here."""
     checks, removals = app_checks_from_document(digest.get("appChecks"))
-    changed = sum(registry.set_app_check(check, is_replication=True) for check in checks)
+    changed = sum(
+        registry.set_app_check(check, now_ms=now_ms, is_replication=True) for check in checks
+    )
     changed += sum(
         registry.remove_app_check(app, at_ms=at_ms, now_ms=now_ms, is_replication=True)
         for app, at_ms in removals
@@ -167,14 +169,15 @@ def take_check_holds(registry: Registry, digest: Mapping[str, Any]) -> int:
         return 0
     # Found by id in one pass (the digest names no application), not one search each.
     down = {
-        lease.instance.instance_id
+        lease.instance.instance_id: lease
         for lease in registry.leases()
-        if lease.instance.status is InstanceStatus.DOWN
+        if lease.instance.status is InstanceStatus.DOWN and registry.asks_check(lease.instance)
     }
     taken = 0
     for iid, held in lacking.items():
-        if iid in down:
-            registry.checks.take(iid, held)
+        lease = down.get(iid)
+        if lease is not None:
+            registry.take_hold(lease, held)
             taken += 1
     return taken
 

@@ -49,7 +49,6 @@ from registry.core.eviction import Evictor
 from registry.core.preservation import SelfPreservation
 from registry.core.quotas import CredentialQuotas
 from registry.core.registry import Registry
-from registry.errors import UnknownInstance
 from registry.health import heap
 from registry.health.activity import Activity
 from registry.health.loop_lag import LoopLag
@@ -202,13 +201,10 @@ async def _checks(app: web.Application) -> AsyncIterator[None]:
 def _release_holds(registry: Registry, now_ms: int) -> None:
     """Checks are off (health_checks = false): the holds a store or a peer kept would never be
     released, so they go, and each instance's own claim decides again."""
-    for iid, _ in registry.checks.items():
-        try:
-            lease = registry.find(iid, now_ms=now_ms)
-        except UnknownInstance:
-            registry.checks.release(iid)
-            continue
-        registry.check_passed(lease.instance.app, iid, now_ms=now_ms, replicate=False)
+    for lease in list(registry.leases()):
+        registry.let_go(lease.instance.app, lease.instance.instance_id, now_ms=now_ms)
+    for iid, _ in registry.checks.items():  # of instances not here
+        registry.checks.release(iid)
 
 
 async def _activity(app: web.Application) -> AsyncIterator[None]:

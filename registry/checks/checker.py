@@ -75,8 +75,10 @@ class Checker(Subscriber):
         self._settings = settings
         self._rng = rng or random.Random()
         self.checked: dict[str, Checked] = {}  # by instance id
-        # Instances an admin's check on their application cannot be run for, and why.
+        # Instances an admin's check on their application cannot be run for, and why; those
+        # of them a check held DOWN are let go (from `run`: not while the registry tells).
         self.unchecked: dict[str, str] = {}
+        self._let_go: dict[str, str] = {}  # instance id -> application
         self._due: list[tuple[float, int, Checked]] = []  # (when, order, what)
         self._order = 0
         self._wake = asyncio.Event()
@@ -144,6 +146,9 @@ class Checker(Subscriber):
             # that one is told to the admin (status/explain, the page).
             if app_check is not None:
                 self.unchecked[instance.instance_id] = str(refused)
+                if instance.instance_id in self._registry.checks:  # nothing would release it
+                    self._let_go[instance.instance_id] = instance.app
+                    self._wake.set()
             return None
 
     def _schedule(self, checked: Checked, delay: float) -> None:
@@ -174,6 +179,10 @@ class Checker(Subscriber):
                 checked.running = False
 
     async def _start_due(self) -> None:
+        while self._let_go:
+            iid, app = self._let_go.popitem()
+            if iid in self.unchecked:  # still out of reach
+                self._registry.let_go(app, iid, now_ms=self._clock.wall_ms())
         if not self._due:
             self._wake.clear()
             await wait_set(self._clock, self._wake, 60.0)

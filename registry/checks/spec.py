@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import quote, urlsplit
 
-from registry.core.app_checks import AppCheck
+from registry.core.app_checks import MAX_BY, AppCheck
 from registry.core.checks import CHECK_KEY
 from registry.core.model import InstanceInfo
 from registry.errors import BadInput
@@ -161,7 +161,7 @@ def app_check_from(app: str, body: object, *, now_ms: int, by: str | None = None
         if any(ord(c) < 0x21 or ord(c) == 0x7F for c in path):
             raise BadInput("path", "spaces and control characters are not allowed")
         path = quote(path, safe=_PATH_SAFE)
-    return AppCheck(app, kind, interval, timeout, path, now_ms, by)
+    return AppCheck(app, kind, interval, timeout, path, now_ms, None if by is None else by[:MAX_BY])
 
 
 def _number(body: Mapping[str, object], key: str, default: float, low: float, high: float) -> float:

@@ -10,13 +10,12 @@ from typing import Any
 
 from registry.checks.spec import app_check_from
 from registry.codec import wire
-from registry.core.app_checks import AppCheck, AppChecks
+from registry.core.app_checks import MAX_BY, AppCheck, AppChecks
 from registry.core.checks import CheckVerdicts, HeldDown
 from registry.core.model import InstanceStatus
 from registry.errors import BadInput
 
 MAX_DETAIL = 200  # characters of the check's last failure a peer's item may carry
-MAX_BY = 200  # characters of the name of the admin who set a check, as of an override's
 MAX_APP = 256  # characters of an application's name
 
 
@@ -133,10 +132,17 @@ def app_checks_from_document(
 
 def _app(fields: Mapping[str, Any]) -> str:
     app = fields.get("app")
-    if not isinstance(app, str) or not app or len(app) > MAX_APP:
-        raise BadInput("appCheck.app", f"must name an application ({MAX_APP} characters at most)")
-    wire.check_path_segment(app, "appCheck.app")
+    if not isinstance(app, str):
+        raise BadInput("appCheck.app", "must name an application")
+    check_app_name(app, "appCheck.app")
     return app.upper()
+
+
+def check_app_name(app: str, field: str) -> None:
+    """An application a check may be set on: what every node and the store take back."""
+    if not app or len(app) > MAX_APP:
+        raise BadInput(field, f"must name an application ({MAX_APP} characters at most)")
+    wire.check_path_segment(app, field)
 
 
 def _listed(value: object) -> list[object]:

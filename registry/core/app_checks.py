@@ -14,6 +14,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+MAX_BY = 200  # characters of the name of the admin who set a check, as of an override's
+
 
 @dataclass(frozen=True, slots=True)
 class AppCheck:

@@ -10,7 +10,6 @@ part, which sends it to the peers. Subscribers never reach into the dictionaries
 
 from __future__ import annotations
 
-import contextlib
 import secrets
 from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
@@ -21,7 +20,13 @@ from msgspec.structs import replace
 
 from registry.common.hashcode import hash_of_counts
 from registry.core.app_checks import AppCheck, AppChecks
-from registry.core.checks import CHECK_KEY, HELD_FOREVER_MS, CheckVerdicts, held_by_server
+from registry.core.checks import (
+    CHECK_KEY,
+    HELD_FOREVER_MS,
+    CheckVerdicts,
+    HeldDown,
+    held_by_server,
+)
 from registry.core.model import (
     ActionType,
     ChangeEvent,
@@ -266,9 +271,32 @@ class Registry(OverrideCommands):
         if instance_id not in self.checks:
             return False
         lease = self._live_lease(app, instance_id, now_ms)  # UnknownInstance: still held
-        claim = self.checks.release(instance_id)
+        return self._release(lease, now_ms, replicate=replicate)
+
+    def let_go(self, app: str, instance_id: str, *, now_ms: int) -> bool:
+        """Nothing will check the instance any more (checks off here, its check removed or
+        out of reach): its hold goes, whether its lease has run out or not (a heartbeat may
+        bring it back), and its client's own claim decides again. Here alone: every node
+        decides so for itself. Whether its status changed."""
+        lease = self._apps.get(app, {}).get(instance_id)
+        if lease is None:
+            self.checks.release(instance_id)
+            return False
+        if instance_id not in self.checks:
+            return False
+        return self._release(lease, now_ms, replicate=False)
+
+    def take_hold(self, lease: Lease, held: HeldDown) -> None:
+        """A peer's hold on an instance this node shows DOWN as it does, and holds not (a
+        copy taken at start-up, or one whose hold was lost): held here too, so the check's
+        recovery releases it wherever it runs."""
+        self.checks.take(lease.instance.instance_id, held)
+        self._hold_changed(lease)
+
+    def _release(self, lease: Lease, now_ms: int, *, replicate: bool) -> bool:
+        claim = self.checks.release(lease.instance.instance_id)
         assert claim is not None
-        override = self.overrides.get(instance_id)
+        override = self.overrides.get(lease.instance.instance_id)
         changed = self._restatus(lease, claim, override, now_ms, replicate=replicate)
         if not changed:
             self._hold_changed(lease)
@@ -283,10 +311,13 @@ class Registry(OverrideCommands):
         an admin's on its application."""
         return CHECK_KEY in instance.metadata or instance.app in self.app_checks
 
-    def set_app_check(self, check: AppCheck, *, is_replication: bool = False) -> bool:
+    def set_app_check(self, check: AppCheck, *, now_ms: int, is_replication: bool = False) -> bool:
         """An admin's check on an application (core/app_checks.py), here or from a peer:
-        taken when it is the later decision. Whether it was; an admin's call here goes to the
-        peers either way (one may have missed the decision)."""
+        taken when it is the later decision (a peer's from further ahead than the clock skew
+        allowed never is: it would outrank every later call). Whether it was; an admin's call
+        here goes to the peers either way (one may have missed the decision)."""
+        if is_replication and check.set_ms > now_ms + self._skew_ms:
+            return False
         taken = self.app_checks.take(check)
         if taken:
             log.info("app_check_set", app=check.app, check=check.kind, by=check.by)
@@ -302,16 +333,16 @@ class Registry(OverrideCommands):
         """The admin's check on `app` removed at `at_ms`, when that is the later decision: the
         instances it held DOWN that ask for no check of their own are released here (every
         node hears of the removal and releases its own). Whether it was taken."""
+        if is_replication and at_ms > now_ms + self._skew_ms:
+            return False
         if not self.app_checks.take_removal(app, at_ms):
             return False
         log.info("app_check_removed", app=app)
         for on_app_check in self._on_app_check:
             on_app_check(app, None)
         for lease in list(self._apps.get(app, {}).values()):
-            iid = lease.instance.instance_id
-            if iid in self.checks and CHECK_KEY not in lease.instance.metadata:
-                with contextlib.suppress(UnknownInstance):  # its lease ran out: it goes
-                    self.check_passed(app, iid, now_ms=now_ms, replicate=False)
+            if CHECK_KEY not in lease.instance.metadata:
+                self.let_go(app, lease.instance.instance_id, now_ms=now_ms)
         if not is_replication:
             self._replicate(_A.APP_CHECK, app, "", at_ms=at_ms)
         return True

@@ -22,7 +22,7 @@ from aiohttp import web
 from registry.appkeys import CHECKER, CLOCK, REGISTRY, SETTINGS
 from registry.checks.spec import app_check_from, check_spec
 from registry.codec import json_codec
-from registry.codec.checks import app_check_fields
+from registry.codec.checks import app_check_fields, check_app_name
 from registry.core.app_checks import AppCheck
 from registry.core.registry import Registry
 from registry.errors import BadInput, UnknownApplication
@@ -49,18 +49,21 @@ async def app_check(request: web.Request) -> web.Response:
 
 async def set_app_check(request: web.Request) -> web.Response:
     app, settings = params.app_name(request), request.app[SETTINGS]
+    check_app_name(app, "app")
     body = json_codec.decode(await read_body(request))
-    now_ms = request.app[CLOCK].wall_ms()
-    check = app_check_from(app, body, now_ms=now_ms, by=auth.principal(request))
+    registry, now_ms = request.app[REGISTRY], request.app[CLOCK].wall_ms()
+    # Later than any decision this node holds on it: the call is the latest, whatever the
+    # clock did (core/app_checks.py).
+    at_ms = registry.app_checks.next_ms(app, now_ms)
+    check = app_check_from(app, body, now_ms=at_ms, by=auth.principal(request))
     if not settings.health_checks:
         raise BadInput(
             "check",
             "health_checks is off on this node: it would run no check; ask a node with checks on",
         )
-    registry = request.app[REGISTRY]
-    registry.set_app_check(check)
+    registry.set_app_check(check, now_ms=now_ms)
     await committed(request, "check")
-    return _json(_answer(request, registry, check))
+    return _json(_answer(request, registry, registry.app_checks.get(app) or check))
 
 
 async def remove_app_check(request: web.Request) -> web.Response:

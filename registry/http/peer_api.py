@@ -310,7 +310,7 @@ def _apply_app_check(
     if "appCheck" in item:
         check = app_check_from_fields(item["appCheck"])
         wire.not_ahead(check.set_ms, "appCheck.setAt", now_ms=now_ms, skew_ms=skew_ms)
-        registry.set_app_check(check, is_replication=True)
+        registry.set_app_check(check, now_ms=now_ms, is_replication=True)
         return
     app, at_ms = app_check_removal_from_fields(item.get("appCheckRemoved"))
     wire.not_ahead(at_ms, "appCheckRemoved.removedAt", now_ms=now_ms, skew_ms=skew_ms)

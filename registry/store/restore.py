@@ -83,7 +83,7 @@ def restore_missing(
     for tombstone in snapshot.tombstones:
         registry.tombstones.put(tombstone)
     for check in snapshot.app_checks:  # those decided later meanwhile win (core/app_checks.py)
-        registry.set_app_check(check, is_replication=True)
+        registry.set_app_check(check, now_ms=now_ms, is_replication=True)
     for app, at_ms in snapshot.app_check_removals:
         registry.remove_app_check(app, at_ms=at_ms, now_ms=now_ms, is_replication=True)
     count = 0

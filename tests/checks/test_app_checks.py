@@ -12,8 +12,8 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
 from registry import FakeClock, Settings, create_app
-from registry.appkeys import CHECKER
-from tests.checks.conftest import Target, checks_until, run_checks, served_at
+from registry.appkeys import CHECKER, REGISTRY
+from tests.checks.conftest import Port, Target, checks_until, run_checks, served_at
 from tests.credentials import basic
 from tests.helpers import JSON, instance_doc
 from tests.peers.apps import AiohttpClient
@@ -218,3 +218,40 @@ async def test_a_peers_decision_is_taken_when_later_and_only_then(node: TestClie
     assert [400, 400] == await send(removal, ahead)  # no time; a time an hour ahead
     current = await (await node.get("/eureka/checks/ORDERS", headers=ADMIN)).json()
     assert "tcp" == current["check"]["check"]
+
+
+async def test_an_admins_second_call_in_the_same_millisecond_wins(node: TestClient):
+    """The clock does not move between them here: the later call is still the one in force
+    (not the greater of the two)."""
+    assert 200 == (await set_check(node, {"check": "tcp"}))[0]
+    status_code, answer = await set_check(node, FAST)
+    assert (200, "http") == (status_code, answer["check"]["check"])
+    current = await (await node.get("/eureka/checks/ORDERS", headers=ADMIN)).json()
+    assert "http" == current["check"]["check"]
+
+
+async def test_an_application_name_peers_would_refuse_is_refused(node: TestClient):
+    response = await node.put(f"/eureka/checks/{'A' * 300}", json=FAST, headers=ADMIN)
+    assert (400, "app") == (response.status, (await response.json())["field"])
+
+
+async def test_a_hold_the_admins_check_cannot_go_on_with_is_let_go(
+    node: TestClient, port: Port, clock: FakeClock
+):
+    """Held DOWN by its own TCP check; the admin's http check (no path) cannot reach it (no
+    healthCheckUrl): nothing would ever release it, so it goes, and its client's UP stands."""
+    document = instance_doc(
+        "ORDERS",
+        "i-1",
+        ipAddr="127.0.0.1",
+        port={"$": port.number, "@enabled": "true"},
+        metadata={"registry.check": "tcp", "registry.check.interval": "1"},
+    )
+    await register(node, document)
+    await port.close()
+    await checks_until(clock, lambda: counts(node)[0] >= 3)
+    assert "DOWN" == await status(node)
+    status_code, answer = await set_check(node, FAST)
+    assert (200, 0) == (status_code, answer["checked"])
+    await checks_until(clock, lambda: "i-1" not in node.app[REGISTRY].checks)
+    assert "UP" == await status(node)

@@ -67,9 +67,11 @@ def test_a_removal_outlives_the_check_it_removed():
 def test_the_registry_tells_its_subscribers_and_the_peers_of_an_admins_call():
     registry, told = Registry(), Told()
     registry.subscribe(told)
-    assert registry.set_app_check(check(T0))
-    assert not registry.set_app_check(check(T0))  # no news here; the peers hear it again
-    assert not registry.set_app_check(check(T0 - 1), is_replication=True)  # older: ignored
+    assert registry.set_app_check(check(T0), now_ms=T0)
+    assert not registry.set_app_check(check(T0), now_ms=T0)  # no news here; the peers hear it again
+    assert not registry.set_app_check(
+        check(T0 - 1), now_ms=T0, is_replication=True
+    )  # older: ignored
     assert [("ORDERS", check(T0))] == told.app_checks
     assert [(ReplicationAction.APP_CHECK, "ORDERS", "")] * 2 == told.replicated
     assert registry.remove_app_check("ORDERS", at_ms=T0 + 1, now_ms=T0 + 1, is_replication=True)
@@ -82,14 +84,14 @@ def test_an_application_check_makes_its_instances_ask_for_a_check():
     registry.register(make("i-1"), now_ms=T0)
     instance = registry.get("ORDERS", "i-1", now_ms=T0).instance
     assert not registry.asks_check(instance)
-    registry.set_app_check(check(T0))
+    registry.set_app_check(check(T0), now_ms=T0)
     assert registry.asks_check(instance)
 
 
 def test_a_removal_releases_the_holds_of_instances_that_ask_for_no_check_of_their_own():
     """Nothing would check them any more, so nothing would release them."""
     registry = Registry()
-    registry.set_app_check(check(T0))
+    registry.set_app_check(check(T0), now_ms=T0)
     registry.register(make("i-1"), now_ms=T0)
     registry.register(make("i-2", metadata={"registry.check": "tcp"}), now_ms=T0)
     for iid in ("i-1", "i-2"):
@@ -108,3 +110,26 @@ def test_an_admins_new_call_is_the_latest_decision_even_in_the_same_millisecond(
     assert checks.take_removal("ORDERS", checks.next_ms("ORDERS", T0))
     assert checks.take(check(checks.next_ms("ORDERS", T0 - 5), "http"))  # a clock stepped back
     assert "http" == checks.get("ORDERS").kind
+
+
+def test_a_removal_releases_a_hold_on_an_instance_whose_lease_ran_out():
+    """Not evicted yet (self-preservation, or between sweeps): its next heartbeat must not
+    bring it back held, with nothing left to release it."""
+    registry = Registry()
+    registry.set_app_check(check(T0), now_ms=T0)
+    registry.register(make("i-1"), now_ms=T0)
+    registry.check_failed("ORDERS", "i-1", "HTTP 503", now_ms=T0 + 1)
+    later = T0 + 10 * 90_000
+    registry.remove_app_check("ORDERS", at_ms=later, now_ms=later)
+    assert "i-1" not in registry.checks
+    registry.renew("ORDERS", "i-1", later, False, None, S.UNKNOWN)
+    assert S.UP is registry.get("ORDERS", "i-1", now_ms=later).instance.status
+
+
+def test_a_peers_decision_from_beyond_the_clock_skew_is_not_taken():
+    """It would outrank every later call, forever."""
+    registry = Registry(max_clock_skew_ms=300_000)
+    ahead = T0 + 3_600_000
+    assert not registry.set_app_check(check(ahead), now_ms=T0, is_replication=True)
+    assert not registry.remove_app_check("ORDERS", at_ms=ahead, now_ms=T0, is_replication=True)
+    assert "ORDERS" not in registry.app_checks and registry.app_checks.removed_at("ORDERS") is None

@@ -159,15 +159,19 @@ def test_a_peers_decision_dated_beyond_the_clock_skew_is_not_taken():
 
 def test_a_peers_holds_are_taken_for_copies_shown_down():
     """A copy taken from a peer at start-up comes without its hold: the peer's digest lists
-    it, and it is taken where the copy is DOWN here too (then the check's recovery releases
-    it on whichever node checks it)."""
+    it, and it is taken where the copy is DOWN here too and asks for a check (then the
+    check's recovery releases it on whichever node checks it)."""
     registry = Registry()
-    registry.register(make("i-1"), now_ms=T0)
-    registry.register(make("i-2", status=InstanceStatus.DOWN), now_ms=T0, is_replication=True)
+    checked = {"registry.check": "tcp"}
+    registry.register(make("i-1", metadata=checked), now_ms=T0)
+    down = InstanceStatus.DOWN
+    registry.register(make("i-2", status=down, metadata=checked), now_ms=T0, is_replication=True)
+    registry.register(make("i-3", status=down), now_ms=T0, is_replication=True)
     held = {"claim": "UP", "since": T0, "detail": "HTTP 503"}
-    digest = {"checkHolds": {"i-1": held, "i-2": held, "gone": held, "bad": {"claim": 1}}}
-    assert 1 == merge.take_check_holds(registry, digest)  # i-1 shows UP here: not taken
-    assert "i-2" in registry.checks and "i-1" not in registry.checks
+    holds = {"i-1": held, "i-2": held, "i-3": held, "gone": held, "bad": {"claim": 1}}
+    # i-1 shows UP here; nothing would ever check i-3, nor release it: neither is taken.
+    assert 1 == merge.take_check_holds(registry, {"checkHolds": holds})
+    assert ["i-2"] == [iid for iid, _ in registry.checks.items()]
     registry.check_passed("ORDERS", "i-2", now_ms=T0 + 1)
     assert InstanceStatus.UP is registry.get("ORDERS", "i-2", now_ms=T0).instance.status
 
