@@ -27,6 +27,7 @@ from registry.checks.spec import CheckSpec, check_spec
 from registry.common.clock import Clock
 from registry.common.tasks import Pacer, wait_set
 from registry.core.app_checks import AppCheck
+from registry.core.checks import CHECK_KEY
 from registry.core.model import ActionType, ChangeEvent, InstanceInfo
 from registry.core.registry import Registry
 from registry.core.subscriber import Subscriber
@@ -110,9 +111,12 @@ class Checker(Subscriber):
         self.checked.clear()
         self.unchecked.clear()
         self._due.clear()
-        for lease in registry.leases():
-            if registry.asks_check(lease.instance):  # a restart of 100 000: most ask none
-                self._consider(lease.instance)
+        # A restart of 100 000, most asking for none: a key looked up each, no more.
+        for app, leases in registry.applications():
+            checked_app = app in registry.app_checks
+            for lease in leases:
+                if checked_app or CHECK_KEY in lease.instance.metadata:
+                    self._consider(lease.instance)
 
     def on_app_check(self, app: str, check: AppCheck | None) -> None:
         """An admin's check on `app` came, changed or went: its instances' checks follow."""

@@ -423,6 +423,7 @@ class Registry(OverrideCommands):
             ):
                 instance = _registered(instance, status, override, now_ms)
             duration_ms = instance.duration_secs * 1000
+            server_held = held_by_server(instance)
             leases[iid] = Lease(
                 instance=instance,
                 duration_ms=duration_ms,
@@ -432,13 +433,13 @@ class Registry(OverrideCommands):
                 decision=decision,
                 grace_until_ms=(
                     HELD_FOREVER_MS
-                    if held_by_server(instance)
+                    if server_held
                     else 0
                     if stored is None
                     else now_ms + duration_ms
                 ),
                 # A lease the registry holds never renews: no client self-preservation expects
-                renewed=stored is not None and not held_by_server(instance),
+                renewed=stored is not None and not server_held,
             )
             self._statuses[status] += 1
             count += 1
