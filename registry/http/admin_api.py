@@ -20,6 +20,8 @@ from registry.http import auth, params
 from registry.http.durability import committed
 from rules import CHAIN, trace
 
+WEIGHT_KEY = "weight"  # the metadata Spring Cloud LoadBalancer's weighted choice reads
+
 
 async def set_status_override(request: web.Request) -> web.Response:
     """PUT apps/{app}/{id}/status?value=OUT_OF_SERVICE[&reason=...][&expires=8h]"""
@@ -73,6 +75,10 @@ async def update_metadata(request: web.Request) -> web.Response:
             wire.check_text(key, "metadata")
             wire.check_text(value, f"metadata.{key}")
             entries[key] = value
+    weight = entries.get(WEIGHT_KEY)
+    if weight is not None and not (weight.isdigit() and 0 < int(weight) <= wire.JAVA_INT_MAX):
+        # Spring Cloud LoadBalancer would ignore it and weigh the instance 1: say so now.
+        raise BadInput(f"metadata.{WEIGHT_KEY}", f"{weight!r} is not a whole number above 0")
     registry, app, iid = request.app[REGISTRY], params.app_name(request), request.match_info["id"]
     now_ms = request.app[CLOCK].wall_ms()
     if any(key.startswith(CHECK_KEYS) for key in entries):  # the check it would ask for

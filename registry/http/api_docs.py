@@ -108,7 +108,14 @@ HEARTBEAT = _op(
 )
 CANCEL = _op("Cancel: deregister", {"200": _NO_BODY, "404": NOT_FOUND}, parameters=[REPLICATION])
 INSTANCE = _op("One instance", {"200": _EUREKA_DOC, "404": NOT_FOUND})
-FULL = _op("The full registry", {"200": _EUREKA_DOC, "403": NOT_SYNCED})
+ZONE = _query(
+    "zone",
+    "only the instances in this zone (metadata zone, else Amazon's availability-zone), hashed "
+    "over what is shown",
+)
+FULL = _op(
+    "The full registry", {"200": _EUREKA_DOC, "400": BAD, "403": NOT_SYNCED}, parameters=[ZONE]
+)
 REGISTER_DELTA = _op(
     "Register an instance of an application named DELTA",
     {"204": _NO_BODY, "400": BAD},
@@ -134,7 +141,11 @@ REGISTER = _op(
     requestBody=INSTANCE_BODY,
     parameters=[REPLICATION],
 )
-APPLICATION = _op("One application", {"200": _EUREKA_DOC, "403": NOT_SYNCED, "404": NOT_FOUND})
+APPLICATION = _op(
+    "One application",
+    {"200": _EUREKA_DOC, "400": BAD, "403": NOT_SYNCED, "404": NOT_FOUND},
+    parameters=[ZONE],
+)
 SET_OVERRIDE = _op(
     "Set an admin status override; on disk before the answer",
     {"200": _NO_BODY, "400": BAD, "404": NOT_FOUND, "503": STORE_503},
@@ -162,8 +173,16 @@ METADATA = _op(
 INSTANCE_BY_ID = _op(
     "One instance, in whichever application", {"200": _EUREKA_DOC, "404": NOT_FOUND}
 )
-VIPS = _op("Instances by VIP address", {"200": _EUREKA_DOC, "403": NOT_SYNCED})
-SECURE_VIPS = _op("Instances by secure VIP address", {"200": _EUREKA_DOC, "403": NOT_SYNCED})
+VIPS = _op(
+    "Instances by VIP address",
+    {"200": _EUREKA_DOC, "400": BAD, "403": NOT_SYNCED},
+    parameters=[ZONE],
+)
+SECURE_VIPS = _op(
+    "Instances by secure VIP address",
+    {"200": _EUREKA_DOC, "400": BAD, "403": NOT_SYNCED},
+    parameters=[ZONE],
+)
 STATUS = _op("Server statistics, peers, self-preservation, store", {"200": _EUREKA_DOC})
 OVERRIDES = _op("Overrides in force, with reason, time set and expiry", {"200": _JSON_DOC})
 OVERRIDE_HISTORY = _op(

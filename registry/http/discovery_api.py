@@ -35,6 +35,16 @@ async def full_registry(request: web.Request) -> web.Response:
     if params.is_replication(request):  # a peer copying leases: their renewals as of now
         document = await payloads.current_registry(registry, catalog, fmt, pacer=Pacer())
         return await document_response(request, fmt, document)
+    zone = params.zone(request)
+    if zone is not None:
+        return await cached_payload(
+            request,
+            (cache.APPS, zone),
+            fmt,
+            lambda: payloads.zoned_registry(registry, catalog, fmt, zone),
+            prepare=lambda: catalog.prepare(fmt, now=clock.monotonic(), pacer=Pacer()),
+            otherwise=lambda: payloads.no_vip(registry, fmt, payloads.FULL_FETCH_VERSION),
+        )
     return await cached_payload(
         request,
         (cache.APPS,),
@@ -126,6 +136,15 @@ async def application(request: web.Request) -> web.Response:
     if params.is_replication(request):  # a peer copying leases: their renewals as of now
         document = await payloads.current_application(registry, catalog, name, fmt, pacer=Pacer())
         return await document_response(request, fmt, document)
+    zone = params.zone(request)
+    if zone is not None:
+        return await cached_payload(
+            request,
+            (cache.APP, name, zone),
+            fmt,
+            lambda: payloads.zoned_application(registry, catalog, name, fmt, zone),
+            otherwise=lambda: payloads.no_instances(registry, name, fmt),
+        )
     return await cached_payload(
         request,
         (cache.APP, name),
@@ -169,11 +188,11 @@ async def _vip_payload(request: web.Request, *, secure: bool) -> web.Response:
     request.app[LIFECYCLE].check_reads()
     address = request.match_info["vip"]
     registry, catalog = request.app[REGISTRY], request.app[CATALOG]
-    fmt = response_format(request)
+    fmt, zone = response_format(request), params.zone(request)
     return await cached_payload(
         request,
-        (cache.VIP, secure, address),
+        (cache.VIP, secure, address) if zone is None else (cache.VIP, secure, address, zone),
         fmt,
-        lambda: payloads.vip(registry, catalog, address, fmt, secure=secure),
+        lambda: payloads.vip(registry, catalog, address, fmt, secure=secure, zone=zone),
         otherwise=lambda: payloads.no_vip(registry, fmt),
     )

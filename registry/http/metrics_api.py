@@ -41,28 +41,43 @@ from registry.appkeys import (
 from registry.core.model import ActionType, ChangeEvent
 from registry.core.registry import Registry
 from registry.core.subscriber import Subscriber
+from registry.core.zones import zone_of
 
 _APP_AND_STATUS = attrgetter("instance.app", "instance.status")
 
 
 class InstanceCounts(Subscriber):
-    """Registered instances by (application, status), kept up to date by change events."""
+    """Registered instances by (application, status) and by zone (core/zones.py; "" for
+    none), kept up to date by change events."""
 
     def __init__(self) -> None:
         self.counts: Counter[tuple[str, str]] = Counter()
+        self._zones: Counter[str] | None = Counter()  # None: to count at the next read
 
     def on_change(self, event: ChangeEvent) -> None:
-        instance, previous = event.lease.instance, event.previous
+        instance, previous, zones = event.lease.instance, event.previous, self._zones
         if previous is not None:
             self.counts[(previous.app, previous.status.value)] -= 1
+            if zones is not None:
+                zones[zone_of(previous) or ""] -= 1
         if event.action is not ActionType.DELETED:
             self.counts[(instance.app, instance.status.value)] += 1
+            if zones is not None:
+                zones[zone_of(instance) or ""] += 1
+
+    def zones(self, registry: Registry) -> Counter[str]:
+        """Instances by zone; counted at the first read after a bulk load, which should not
+        pay for it (a restart of 100 000), and kept by change events from then on."""
+        if self._zones is None:
+            self._zones = Counter(zone_of(lease.instance) or "" for lease in registry.leases())
+        return self._zones
 
     def on_load(self, registry: Registry) -> None:
         """Count what the registry holds after a bulk load."""
         # Counted by (app, status) members first, in C: a warm restart loads 100 000.
         counts = Counter(map(_APP_AND_STATUS, registry.leases()))
         self.counts = Counter({(app, status.value): n for (app, status), n in counts.items()})
+        self._zones = None
 
 
 class RegistryCollector(Collector):
@@ -80,6 +95,15 @@ class RegistryCollector(Collector):
             if count:
                 instances.add_metric([name, status], count)
         yield instances
+        zones = GaugeMetricFamily(
+            "registry_instances_by_zone",
+            "Registered instances by zone (metadata zone, or Amazon's availability-zone)",
+            labels=["zone"],
+        )
+        for zone, count in sorted(self._counts.zones(registry).items()):
+            if count:
+                zones.add_metric([zone], count)
+        yield zones
         yield _counter("registry_registrations", "Registrations", registry.registrations)
         yield _counter("registry_cancels", "Cancels", registry.cancels)
         yield _counter("registry_evictions", "Leases evicted", registry.evictions)

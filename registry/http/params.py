@@ -55,6 +55,20 @@ def query_value(query: str, name: str) -> str | None:
         raise BadInput(name, "its percent escapes are not UTF-8") from None
 
 
+MAX_ZONE = 256  # characters of a zone's name in `?zone=`
+
+
+def zone(request: web.Request) -> str | None:
+    """`?zone=`: the zone a read is limited to (core/zones.py), None for every zone."""
+    value = query_value(query_string(request), "zone")
+    if value is None:
+        return None
+    if not value or len(value) > MAX_ZONE:
+        raise BadInput("zone", f"must name a zone ({MAX_ZONE} characters at most)")
+    wire.check_text(value, "zone")
+    return value
+
+
 def skew_ms(request: web.Request) -> int:
     """How far ahead of this node's clock a client's lastDirtyTimestamp may be."""
     return int(request.app[SETTINGS].max_clock_skew * 1000)

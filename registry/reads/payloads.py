@@ -10,13 +10,14 @@ what these return.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from registry.codec import Format, shape
 from registry.common.hashcode import reconcile_hash
 from registry.common.tasks import Pacer
-from registry.core.model import InstanceStatus
+from registry.core.model import InstanceInfo, InstanceStatus
 from registry.core.registry import Registry
+from registry.core.zones import zone_of
 from registry.reads.catalog import Catalog
 from registry.reads.encoded import Block, Document, application_block
 from registry.reads.journal import DeltaJournal, Entry
@@ -87,33 +88,78 @@ def _application(registry: Registry, fmt: Format, block: Block) -> Document:
 
 
 def vip(
-    registry: Registry, catalog: Catalog, address: str, fmt: Format, *, secure: bool
+    registry: Registry,
+    catalog: Catalog,
+    address: str,
+    fmt: Format,
+    *,
+    secure: bool,
+    zone: str | None = None,
 ) -> Document | None:
-    """The instances whose comma-separated (secure) VIP address names `address`, by
-    application, hashed over its own content; None when no instance has it."""
-    codec = shape(fmt)
+    """The instances whose comma-separated (secure) VIP address names `address` (and in
+    `zone`, when given), by application, hashed over its own content; None when no instance
+    has it."""
+
+    def wanted(instance: InstanceInfo) -> bool:
+        vips = instance.secure_vip_address if secure else instance.vip_address
+        if not vips or address not in vips.split(","):
+            return False
+        return zone is None or zone_of(instance) == zone
+
+    names = catalog.vip_applications(address, secure=secure)
+    return _chosen(registry, catalog, fmt, names, wanted, VIP_VERSION)
+
+
+def zoned_registry(registry: Registry, catalog: Catalog, fmt: Format, zone: str) -> Document | None:
+    """`full_registry` of the instances in `zone` alone (core/zones.py), hashed over its own
+    content; None when no instance is in it (a zone a client made up is never kept)."""
+    names = [name for name, _ in registry.applications()]
+    return _chosen(registry, catalog, fmt, names, lambda i: zone_of(i) == zone, FULL_FETCH_VERSION)
+
+
+def zoned_application(
+    registry: Registry, catalog: Catalog, name: str, fmt: Format, zone: str
+) -> Document | None:
+    """`application` with its instances in `zone` alone; None when none is in it."""
+    chosen = [lease for lease in registry.application(name) if zone_of(lease.instance) == zone]
+    if not chosen:
+        return None
+    return _application(
+        registry, fmt, application_block(fmt, name, catalog.items(name, fmt, chosen))
+    )
+
+
+def no_instances(registry: Registry, name: str, fmt: Format) -> Document:
+    """The application with none of its instances: what a zone none of them is in shows."""
+    return _application(registry, fmt, application_block(fmt, name, []))
+
+
+def _chosen(
+    registry: Registry,
+    catalog: Catalog,
+    fmt: Format,
+    names: Iterable[str],
+    wanted: Callable[[InstanceInfo], bool],
+    version: str,
+) -> Document | None:
+    """The instances `wanted` picks from the applications `names`, by application, hashed
+    over their own statuses (a filtered copy's hashcode); None when it picks none."""
     blocks: list[Block] = []
     statuses: list[InstanceStatus] = []
-    for name in catalog.vip_applications(address, secure=secure):
-        chosen = []
-        for lease in registry.application(name):
-            instance = lease.instance
-            vips = instance.secure_vip_address if secure else instance.vip_address
-            if vips and address in vips.split(","):
-                chosen.append(lease)
-                statuses.append(instance.status)
+    for name in names:
+        chosen = [lease for lease in registry.application(name) if wanted(lease.instance)]
         if chosen:
-            items = catalog.items(name, fmt, chosen)
-            blocks.append(application_block(fmt, name, items))
+            statuses.extend(lease.instance.status for lease in chosen)
+            blocks.append(application_block(fmt, name, catalog.items(name, fmt, chosen)))
     if not blocks:
         return None
-    head = codec.applications_head(version=VIP_VERSION, hashcode=reconcile_hash(statuses))
+    head = shape(fmt).applications_head(version=version, hashcode=reconcile_hash(statuses))
     return _document(registry, fmt, head, blocks)
 
 
-def no_vip(registry: Registry, fmt: Format) -> Document:
-    """The answer for a VIP no instance has: no applications."""
-    head = shape(fmt).applications_head(version=VIP_VERSION, hashcode="")
+def no_vip(registry: Registry, fmt: Format, version: str = VIP_VERSION) -> Document:
+    """The answer for a VIP (or a zone) no instance has: no applications."""
+    head = shape(fmt).applications_head(version=version, hashcode="")
     return _document(registry, fmt, head, [])
 
 
