@@ -235,6 +235,8 @@ WATCH = _op(
         _param("header", "Last-Event-ID", "resume after index@epoch", required=False),
         _query("index", "resume after this registry index"),
         _query("epoch", "the epoch of that index"),
+        _query("apps", "only these applications' changes (comma-separated), with their hashcode"),
+        _query("vips", "only the changes of instances with these VIP addresses (comma-separated)"),
     ],
 )
 PEER_BATCH = _op(

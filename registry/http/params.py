@@ -14,6 +14,7 @@ from registry.codec.wire import REPLICATION_HEADER
 from registry.core.model import InstanceStatus
 from registry.core.overrides import MAX_EXPIRY_MS, MAX_REASON
 from registry.errors import BadInput
+from registry.reads.interest import MAX_NAMES, Interest
 
 _LAST_DIRTY = "lastDirtyTimestamp="
 _DURATION = re.compile(r"(\d{1,9}(?:\.\d{1,3})?)(ms|s|m)?")
@@ -67,6 +68,27 @@ def zone(request: web.Request) -> str | None:
         raise BadInput("zone", f"must name a zone ({MAX_ZONE} characters at most)")
     wire.check_text(value, "zone")
     return value
+
+
+def interest(request: web.Request) -> Interest | None:
+    """`?apps=A,B` and `?vips=v1,v2`: what a watch stream is limited to; None for all."""
+    query = query_string(request)
+    apps, vips = query_value(query, "apps"), query_value(query, "vips")
+    if apps is None and vips is None:
+        return None
+    names = {"apps": _names(apps, "apps"), "vips": _names(vips, "vips")}
+    if len(names["apps"]) + len(names["vips"]) > MAX_NAMES:
+        raise BadInput("apps", f"a stream names {MAX_NAMES} applications and VIPs at most")
+    return Interest(frozenset(a.upper() for a in names["apps"]), frozenset(names["vips"]))
+
+
+def _names(value: str | None, field: str) -> list[str]:
+    if value is None:
+        return []
+    names = value.split(",")
+    for name in names:
+        wire.check_path_segment(name, field)
+    return names
 
 
 def skew_ms(request: web.Request) -> int:

@@ -17,15 +17,20 @@ whose index this node cannot continue from (older than the journal keeps, or for
 `reset` event and the stream ends: it fetches `apps/` in full and watches again from that
 response's `X-Registry-Index` and `X-Registry-Epoch`. Comments keep an idle stream alive
 through proxies (`KEEPALIVE_COMMENT`, sent on the feed's beat every `feed.KEEPALIVE` seconds).
+With `?apps=A,B` or `?vips=v`, a stream gets those applications' and VIP addresses' changes
+alone, with their own hashcode (registry/reads/interest.py).
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import orjson
 from aiohttp import hdrs, web
 
 from registry.appkeys import (
     CACHE,
+    CATALOG,
     CLOCK,
     FEED,
     JOURNAL,
@@ -42,7 +47,8 @@ from registry.http.discovery_api import check_index, forgotten
 from registry.http.throttle import limited
 from registry.reads.fanout import KEEPALIVE_COMMENT
 from registry.reads.feed import ChangeFeed, sse
-from registry.reads.journal import DeltaJournal
+from registry.reads.interest import Interest
+from registry.reads.journal import Entry
 
 RETRY_MS = 2000  # how long a disconnected EventSource waits before reconnecting
 
@@ -55,6 +61,7 @@ async def watch(request: web.Request) -> web.StreamResponse:
             "apps/delta?index=N&wait=30s or poll apps/delta instead"
         )
     registry, journal, feed = request.app[REGISTRY], request.app[JOURNAL], request.app[FEED]
+    interest = params.interest(request)
     if journal.purge(now_ms=request.app[CLOCK].wall_ms()):  # retention is exact, as for deltas
         request.app[CACHE].drop_delta()
     position, epoch = params.event_id(request.headers.get("Last-Event-ID"), "Last-Event-ID")
@@ -92,7 +99,7 @@ async def watch(request: web.Request) -> web.StreamResponse:
             f"retry: {RETRY_MS}\n".encode()
             + sse(hello, event="watching", id=feed.event_id(position))
         )
-        await _stream(request, response, feed, journal, position)
+        await _stream(request, response, position, interest)
     except ConnectionError:
         pass  # the client went away
     finally:
@@ -101,14 +108,12 @@ async def watch(request: web.Request) -> web.StreamResponse:
 
 
 async def _stream(
-    request: web.Request,
-    response: web.StreamResponse,
-    feed: ChangeFeed,
-    journal: DeltaJournal,
-    position: int,
+    request: web.Request, response: web.StreamResponse, position: int, interest: Interest | None
 ) -> None:
     """Send every change after `position` as it happens, until the server stops: caught up,
-    the stream is the fan-out's to write to; behind, it catches up here."""
+    a stream of the whole registry is the fan-out's to write to; behind, or watching some
+    applications or VIPs alone, it catches up here (the fan-out writes one frame to all)."""
+    feed, journal = request.app[FEED], request.app[JOURNAL]
     chunked = response.headers.get(hdrs.TRANSFER_ENCODING) == "chunked"
     while not feed.closed:
         events = journal.after(position)
@@ -116,23 +121,63 @@ async def _stream(
             await response.write(_reset(feed, forgotten(journal, position)))
             return
         if events:
-            # A long backlog (a resumed stream, a mass eviction) goes out in slices,
-            # so encoding it never holds the loop for long.
-            pacer = Pacer()
-            for start in range(0, len(events), SLICE):
-                chunk = events[start : start + SLICE]
-                await response.write(b"".join(feed.encoded(event) for event in chunk))
-                await pacer.pace()
             position = events[-1].index
+            if interest is None:
+                await _send(response, events, feed.encoded)
+            else:
+                await _send_of(request, response, interest, events, position)
             continue
-        sent = await feed.fanout.park(request.transport, chunked, position, feed.index)
-        if sent is not None:
-            position = sent
-            continue
-        beats = feed.beats
-        await feed.next()
-        if feed.beats != beats and feed.index <= position and not feed.closed:
-            await response.write(KEEPALIVE_COMMENT)
+        if interest is None:
+            sent = await feed.fanout.park(request.transport, chunked, position, feed.index)
+            if sent is not None:
+                position = sent
+                continue
+        await _idle(response, feed, position)
+
+
+async def _send(
+    response: web.StreamResponse, events: list[Entry], encoded: Callable[[Entry], bytes]
+) -> None:
+    """A batch of events; a long one (a resumed stream, a mass eviction) encoded and written
+    in slices, so that it never holds the loop for long."""
+    pacer = Pacer()
+    for start in range(0, len(events), SLICE):
+        await response.write(b"".join(map(encoded, events[start : start + SLICE])))
+        await pacer.pace()
+
+
+async def _send_of(
+    request: web.Request,
+    response: web.StreamResponse,
+    interest: Interest,
+    events: list[Entry],
+    position: int,
+) -> None:
+    """The events `interest` watches, without the registry's hashcode; the last one, when it
+    leaves the stream caught up, with the hashcode of what it watches as it now is
+    (registry/reads/interest.py)."""
+    registry, feed = request.app[REGISTRY], request.app[FEED]
+    chosen = [event for event in events if interest.matches(event.lease.instance)]
+    if not chosen:
+        return
+    last, hashcode = chosen[-1], None
+    if position == registry.index:
+        hashcode = interest.hashcode(registry, request.app[CATALOG])
+
+    def encoded(event: Entry) -> bytes:
+        if event is last and hashcode is not None:
+            return feed.encoded_with(event, hashcode)
+        return feed.encoded_bare(event)
+
+    await _send(response, chosen, encoded)
+
+
+async def _idle(response: web.StreamResponse, feed: ChangeFeed, position: int) -> None:
+    """Wait for the next change (or beat, or close); a beat with nothing new is a comment."""
+    beats = feed.beats
+    await feed.next()
+    if feed.beats != beats and feed.index <= position and not feed.closed:
+        await response.write(KEEPALIVE_COMMENT)
 
 
 def _reset(feed: ChangeFeed, detail: str) -> bytes:

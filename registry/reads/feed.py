@@ -34,6 +34,7 @@ class ChangeFeed(Subscriber):
         self._clock = clock
         self._waiting: set[asyncio.Future[None]] = set()
         self._encoded: dict[int, bytes] = {}
+        self._bare: dict[int, bytes] = {}  # without a hashcode, for streams of some apps
         self._hashes: dict[int, str] = {}  # index: the registry's reconcile hash after it
         self.fanout = FanOut(journal, self.encoded)
         self.closed = False
@@ -116,27 +117,39 @@ class ChangeFeed(Subscriber):
 
     def encoded(self, event: Entry) -> bytes:
         """A change as a Server-Sent Event, encoded once for every stream."""
-        body = self._encoded.get(event.index)
+        # The registry's hashcode: unknown for changes made while no stream was open.
+        return self._kept(self._encoded, event, lambda: self._hashes.get(event.index))
+
+    def encoded_bare(self, event: Entry) -> bytes:
+        """A change without the registry's hashcode, encoded once for every stream that
+        watches part of the registry (the whole registry's hashcode is not its copy's)."""
+        return self._kept(self._bare, event, lambda: None)
+
+    def _kept(
+        self, kept: dict[int, bytes], event: Entry, hashcode: Callable[[], str | None]
+    ) -> bytes:
+        body = kept.get(event.index)
         if body is None:
-            if len(self._encoded) >= 2 * _KEEP_ENCODED:  # forget the older half
-                for old in list(self._encoded)[:_KEEP_ENCODED]:
-                    del self._encoded[old]
-            instance = event.lease.instance
-            fields = {
-                "index": event.index,
-                "action": event.action.value,
-                "app": instance.app,
-                "instanceId": instance.instance_id,
-                "instance": instance_dict(event.lease),
-            }
-            hashcode = self._hashes.get(event.index)
-            if hashcode is not None:  # unknown for changes made while no stream was open
-                fields["hashcode"] = hashcode
-            data = orjson.dumps(fields)
-            body = self._encoded[event.index] = sse(
-                data, event=event.action.value, id=self.event_id(event.index)
-            )
+            if len(kept) >= 2 * _KEEP_ENCODED:  # forget the older half
+                for old in list(kept)[:_KEEP_ENCODED]:
+                    del kept[old]
+            body = kept[event.index] = self.encoded_with(event, hashcode())
         return body
+
+    def encoded_with(self, event: Entry, hashcode: str | None) -> bytes:
+        """A change as a Server-Sent Event with `hashcode` (none: without one)."""
+        instance = event.lease.instance
+        fields = {
+            "index": event.index,
+            "action": event.action.value,
+            "app": instance.app,
+            "instanceId": instance.instance_id,
+            "instance": instance_dict(event.lease),
+        }
+        if hashcode is not None:
+            fields["hashcode"] = hashcode
+        data = orjson.dumps(fields)
+        return sse(data, event=event.action.value, id=self.event_id(event.index))
 
 
 def _done(waiter: asyncio.Future[None]) -> Callable[[], None]:

@@ -1,0 +1,73 @@
+"""`watch?apps=A,B` and `watch?vips=v`: a stream that cares about some applications or VIP
+addresses gets their changes alone, each without the registry's hashcode, and the last event
+that leaves it caught up with the hashcode of what it watches."""
+
+from __future__ import annotations
+
+import pytest
+from aiohttp import ClientResponse
+from aiohttp.test_utils import TestClient
+
+from tests.helpers import next_event, register
+
+
+async def watching(client: TestClient, query: str, **headers: str) -> ClientResponse:
+    stream = await client.get(f"/eureka/watch?{query}", headers=headers)
+    assert 200 == stream.status
+    assert "watching" == (await next_event(stream))["event"]
+    return stream
+
+
+async def test_only_the_watched_applications_changes_come(client: TestClient):
+    stream = await watching(client, "apps=orders,payments")
+    await register(client, "BILLING", "b-1")
+    await register(client, "ORDERS", "o-1")
+    await register(client, "BILLING", "b-2")
+    await register(client, "PAYMENTS", "p-1", status="DOWN")
+    first, second = await next_event(stream), await next_event(stream)
+    assert [("ORDERS", "o-1"), ("PAYMENTS", "p-1")] == [
+        (e["data"]["app"], e["data"]["instanceId"]) for e in (first, second)
+    ]
+    # Each caught the stream up: each carries the hashcode of what it watches, not the
+    # registry's (which counts BILLING's two).
+    assert ["UP_1_", "DOWN_1_UP_1_"] == [e["data"]["hashcode"] for e in (first, second)]
+    stream.close()
+
+
+async def test_a_vip_address_is_watched_plain_or_secure(client: TestClient):
+    stream = await watching(client, "vips=checkout")
+    await register(client, "BILLING", "b-1")
+    await register(client, "ORDERS", "o-1", vipAddress="orders,checkout")
+    await register(client, "CARTS", "c-1", secureVipAddress="checkout")
+    events = [await next_event(stream), await next_event(stream)]
+    assert [("ORDERS", "UP_1_"), ("CARTS", "UP_2_")] == [
+        (e["data"]["app"], e["data"]["hashcode"]) for e in events
+    ]
+    stream.close()
+
+
+async def test_a_resumed_stream_replays_only_what_it_watches(client: TestClient):
+    await register(client, "BILLING", "b-1")
+    first = await watching(client, "apps=ORDERS")
+    await register(client, "ORDERS", "o-1")
+    seen = await next_event(first)
+    first.close()
+    await register(client, "BILLING", "b-2")
+    await register(client, "ORDERS", "o-2")
+    await register(client, "ORDERS", "o-3")
+    resumed = await watching(client, "apps=ORDERS", **{"Last-Event-ID": seen["id"]})
+    replayed = [await next_event(resumed), await next_event(resumed)]
+    assert ["o-2", "o-3"] == [e["data"]["instanceId"] for e in replayed]
+    # Only the one that caught the stream up says a hashcode.
+    assert [False, True] == ["hashcode" in e["data"] for e in replayed]
+    assert "UP_3_" == replayed[1]["data"]["hashcode"]
+    resumed.close()
+
+
+@pytest.mark.parametrize(
+    "query", ["apps=", "apps=ORDERS,", "vips=a%20b", "apps=" + ",".join(["A"] * 101)]
+)
+async def test_a_list_that_names_nothing_or_too_much_is_refused(client: TestClient, query: str):
+    response = await client.get(f"/eureka/watch?{query}")
+    assert 400 == response.status
+    assert (await response.json())["field"] in ("apps", "vips")
