@@ -8,7 +8,7 @@ from xml.sax.saxutils import escape
 
 import orjson
 
-from registry.codec import Format, json_codec, xml_codec
+from registry.codec import Format, compact, json_codec, xml_codec
 from registry.common.hashcode import reconcile_hash
 from registry.core.model import LeaseRecord
 from registry.core.registry import Registry
@@ -18,13 +18,13 @@ Apps = Iterable[tuple[str, Iterable[LeaseRecord]]]
 
 
 def applications(fmt: Format, apps: Apps, *, version: str, hashcode: str) -> bytes:
-    if fmt is Format.JSON:
+    if fmt.is_json:
         return orjson.dumps(
             {
                 "applications": {
                     "versions__delta": version,
                     "apps__hashcode": hashcode,
-                    "application": [_application_dict(name, leases) for name, leases in apps],
+                    "application": [_application_dict(name, leases, fmt) for name, leases in apps],
                 }
             }
         )
@@ -32,7 +32,7 @@ def applications(fmt: Format, apps: Apps, *, version: str, hashcode: str) -> byt
         f"<applications><versions__delta>{escape(version)}</versions__delta>"
         f"<apps__hashcode>{escape(hashcode)}</apps__hashcode>".encode()
     ]
-    out.extend(_application_xml(name, leases) for name, leases in apps)
+    out.extend(_application_xml(name, leases, fmt) for name, leases in apps)
     out.append(b"</applications>")
     return b"".join(out)
 
@@ -53,9 +53,9 @@ def changes(registry: Registry, events: Iterable[Entry], fmt: Format) -> bytes:
 
 def application(registry: Registry, name: str, fmt: Format) -> bytes:
     leases = registry.application(name)
-    if fmt is Format.JSON:
-        return orjson.dumps({"application": _application_dict(name, leases)})
-    return _application_xml(name, leases)
+    if fmt.is_json:
+        return orjson.dumps({"application": _application_dict(name, leases, fmt)})
+    return _application_xml(name, leases, fmt)
 
 
 def vip(registry: Registry, address: str, fmt: Format, *, secure: bool) -> bytes:
@@ -85,12 +85,15 @@ def _hash(registry: Registry) -> str:
     return reconcile_hash(lease.instance.status for lease in registry.leases())
 
 
-def _application_dict(name: str, leases: Iterable[LeaseRecord]) -> dict[str, object]:
+def _application_dict(name: str, leases: Iterable[LeaseRecord], fmt: Format) -> dict[str, object]:
+    if fmt is Format.JSON_COMPACT:
+        return {"name": name, "instance": [compact.instance_dict(x.instance) for x in leases]}
     return {"name": name, "instance": [json_codec.instance_dict(lease) for lease in leases]}
 
 
-def _application_xml(name: str, leases: Iterable[LeaseRecord]) -> bytes:
-    items = b"".join(xml_codec.instance_item(lease) for lease in leases)
+def _application_xml(name: str, leases: Iterable[LeaseRecord], fmt: Format) -> bytes:
+    encode = compact.XML.instance_item if fmt is Format.XML_COMPACT else xml_codec.instance_item
+    items = b"".join(encode(lease) for lease in leases)
     return f"<application><name>{escape(name)}</name>".encode() + items + b"</application>"
 
 

@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from enum import Enum
 from typing import Protocol
 
-from registry.codec import json_codec, xml_codec
+from registry.codec import compact, json_codec, xml_codec
 from registry.codec.wire import instance_from_wire
 from registry.core.model import InstanceInfo, LeaseRecord
 
@@ -21,6 +21,10 @@ __all__ = ["Format", "Shape", "encode_instance", "instance_from_wire", "shape"]
 class Format(Enum):
     JSON = "application/json"
     XML = "application/xml"
+    # Eureka's compact forms (`X-Eureka-Accept: compact`): instances without what a client
+    # that only routes does not read (registry/codec/compact.py).
+    JSON_COMPACT = "application/json;compact"
+    XML_COMPACT = "application/xml;compact"
 
     # Members are singletons compared by identity; Enum's own __hash__ is Python code, run on
     # every response-cache lookup (formats are part of its keys).
@@ -28,7 +32,17 @@ class Format(Enum):
 
     @property
     def content_type(self) -> str:
-        return self.value
+        return _CONTENT_TYPES[self]
+
+    @property
+    def is_json(self) -> bool:
+        return self is Format.JSON or self is Format.JSON_COMPACT
+
+    def compacted(self) -> Format:
+        return Format.JSON_COMPACT if self.is_json else Format.XML_COMPACT
+
+
+_CONTENT_TYPES = {fmt: fmt.value.partition(";")[0] for fmt in Format}
 
 
 class Shape(Protocol):
@@ -47,10 +61,18 @@ class Shape(Protocol):
 
 
 def shape(fmt: Format) -> Shape:
-    return json_codec if fmt is Format.JSON else xml_codec
+    return _SHAPES[fmt]
+
+
+_SHAPES: dict[Format, Shape] = {
+    Format.JSON: json_codec,
+    Format.XML: xml_codec,
+    Format.JSON_COMPACT: compact.JSON,
+    Format.XML_COMPACT: compact.XML,
+}
 
 
 def encode_instance(fmt: Format, lease: LeaseRecord) -> bytes:
-    if fmt is Format.JSON:
+    if fmt.is_json:
         return json_codec.encode_instance(lease)
     return xml_codec.encode_instance(lease)

@@ -165,24 +165,32 @@ def application_block(name: str, items: Iterable[bytes]) -> bytes:
 
 def _head(out: list[str], i: InstanceInfo) -> None:
     out.append("<instance>")
-    _leaf(out, "instanceId", i.instance_id)
-    _leaf(out, "hostName", i.host_name)
-    _leaf(out, "app", i.app)
-    _leaf(out, "ipAddr", i.ip_addr)
+    leaf(out, "instanceId", i.instance_id)
+    leaf(out, "hostName", i.host_name)
+    leaf(out, "app", i.app)
+    leaf(out, "ipAddr", i.ip_addr)
     if i.sid not in ("na", "unknown"):
-        _leaf(out, "sid", i.sid)
+        leaf(out, "sid", i.sid)
     out.append(f"<status>{i.status.value}</status>")
     out.append(f"<overriddenstatus>{i.overridden_status.value}</overriddenstatus>")
+    ports(out, i)
+    out.append(f"<countryId>{i.country_id}</countryId>")
+    dc = i.data_center_info
+    data_center(out, dc.class_name, dc.name, dc.metadata)
+
+
+def ports(out: list[str], i: InstanceInfo) -> None:
     out.append(f'<port enabled="{_bool(i.port.enabled)}">{i.port.number}</port>')
     out.append(
         f'<securePort enabled="{_bool(i.secure_port.enabled)}">{i.secure_port.number}</securePort>'
     )
-    out.append(f"<countryId>{i.country_id}</countryId>")
-    dc = i.data_center_info
-    out.append(f"<dataCenterInfo class={quoteattr(dc.class_name)}>")
-    _leaf(out, "name", dc.name)
-    if dc.metadata:
-        _map(out, dc.metadata)
+
+
+def data_center(out: list[str], class_name: str, name: str, metadata: Mapping[str, str]) -> None:
+    out.append(f"<dataCenterInfo class={quoteattr(class_name)}>")
+    leaf(out, "name", name)
+    if metadata:
+        _map(out, metadata)
     out.append("</dataCenterInfo>")
 
 
@@ -193,25 +201,25 @@ def _tail(out: list[str], i: InstanceInfo) -> None:
         out.append('<metadata class="java.util.Collections$EmptyMap"/>')
     for tag, value in optional_texts(i):
         if value is not None:
-            _leaf(out, tag, value)
+            leaf(out, tag, value)
     out.append("<isCoordinatingDiscoveryServer>false</isCoordinatingDiscoveryServer>")
     out.append(f"<lastUpdatedTimestamp>{i.last_updated_ms}</lastUpdatedTimestamp>")
     out.append(f"<lastDirtyTimestamp>{i.last_dirty_ms}</lastDirtyTimestamp>")
     if i.action_type is not None:
         out.append(f"<actionType>{i.action_type.value}</actionType>")
     if i.asg_name is not None:
-        _leaf(out, "asgName", i.asg_name)
+        leaf(out, "asgName", i.asg_name)
     out.append("</instance>")
 
 
 def _map(out: list[str], entries: Mapping[str, str]) -> None:
     out.append("<metadata>")
     for key, value in entries.items():
-        _leaf(out, escape_name(key), value)
+        leaf(out, escape_name(key), value)
     out.append("</metadata>")
 
 
-def _leaf(out: list[str], tag: str, value: str) -> None:
+def leaf(out: list[str], tag: str, value: str) -> None:
     out.append(f"<{tag}>{escape(value)}</{tag}>")
 
 

@@ -17,6 +17,7 @@ from registry.errors import IndexExpired, NotServed, UnknownApplication
 from registry.http import params
 from registry.http.negotiation import (
     cached_payload,
+    document_format,
     document_response,
     payload,
     response_format,
@@ -31,7 +32,7 @@ async def full_registry(request: web.Request) -> web.Response:
     """GET apps"""
     request.app[LIFECYCLE].check_reads()
     registry, catalog, clock = request.app[REGISTRY], request.app[CATALOG], request.app[CLOCK]
-    fmt = response_format(request)
+    fmt = document_format(request)
     if params.is_replication(request):  # a peer copying leases: their renewals as of now
         document = await payloads.current_registry(registry, catalog, fmt, pacer=Pacer())
         return await document_response(request, fmt, document)
@@ -63,7 +64,7 @@ async def delta(request: web.Request) -> web.Response:
     registry, journal, clock = request.app[REGISTRY], request.app[JOURNAL], request.app[CLOCK]
     if journal.purge(now_ms=clock.wall_ms()):  # cheap when nothing is due: retention is exact
         request.app[CACHE].drop_delta()
-    fmt = response_format(request)
+    fmt = document_format(request)
     since = epoch = wait = None
     if request.app[SETTINGS].long_poll:  # else, as a stock Eureka server: never read
         query = params.query_string(request)
@@ -132,7 +133,7 @@ async def application(request: web.Request) -> web.Response:
     registry, catalog, clock = request.app[REGISTRY], request.app[CATALOG], request.app[CLOCK]
     if not registry.application(name):
         raise UnknownApplication(f"no instance of application {name!r} is registered")
-    fmt = response_format(request)
+    fmt = document_format(request)
     if params.is_replication(request):  # a peer copying leases: their renewals as of now
         document = await payloads.current_application(registry, catalog, name, fmt, pacer=Pacer())
         return await document_response(request, fmt, document)
@@ -188,7 +189,7 @@ async def _vip_payload(request: web.Request, *, secure: bool) -> web.Response:
     request.app[LIFECYCLE].check_reads()
     address = request.match_info["vip"]
     registry, catalog = request.app[REGISTRY], request.app[CATALOG]
-    fmt, zone = response_format(request), params.zone(request)
+    fmt, zone = document_format(request), params.zone(request)
     return await cached_payload(
         request,
         (cache.VIP, secure, address) if zone is None else (cache.VIP, secure, address, zone),

@@ -20,6 +20,7 @@ from registry.reads.cache import Key
 from registry.reads.encoded import Document, coalesced
 
 _READABLE_CHARSETS = (None, "utf-8", "utf8", "iso-8859-1")
+EUREKA_ACCEPT = "X-Eureka-Accept"
 # Types that say nothing about the body (HTTP libraries' and curl's defaults): look at it instead.
 _UNSPECIFIED = ("application/octet-stream", "application/x-www-form-urlencoded")
 
@@ -27,6 +28,15 @@ _UNSPECIFIED = ("application/octet-stream", "application/x-www-form-urlencoded")
 def response_format(request: web.Request) -> Format:
     """JSON when Accept mentions json anywhere, otherwise XML (no Accept header means XML)."""
     return Format.JSON if "json" in request.headers.get(hdrs.ACCEPT, "") else Format.XML
+
+
+def document_format(request: web.Request) -> Format:
+    """`response_format`, compact when `X-Eureka-Accept: compact` asks (as Eureka: for the
+    registry, its delta, an application and VIPs; any other value means full)."""
+    fmt = response_format(request)
+    if request.headers.get(EUREKA_ACCEPT, "").lower() == "compact":
+        return fmt.compacted()
+    return fmt
 
 
 async def cached_payload(

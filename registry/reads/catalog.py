@@ -160,7 +160,7 @@ class Catalog(Subscriber):
             first = next(iter(self._registry.application_names()), None)
             blocks = [
                 # A JSON list's first application goes without its separator
-                e.block.rest() if app == first and fmt is Format.JSON else e.block
+                e.block.rest() if app == first and fmt.is_json else e.block
                 for app, e in by_app.items()
                 if e.block is not None
             ]

@@ -32,7 +32,7 @@ class Entry:
     same instance, and (kept up to date on the latest entry of an instance only) the index of
     the instance's first change in the window, which orders the delta."""
 
-    __slots__ = ("_json", "_xml", "at_ms", "first", "index", "lease", "next_index")
+    __slots__ = ("_compact", "_json", "_xml", "at_ms", "first", "index", "lease", "next_index")
 
     def __init__(self, event: ChangeEvent) -> None:
         self.lease = event.lease
@@ -42,6 +42,7 @@ class Entry:
         self.next_index = 0  # 0: none yet
         self._json: bytes | None = None
         self._xml: bytes | None = None
+        self._compact: dict[Format, bytes] | None = None
 
     @property
     def action(self) -> ActionType:
@@ -56,9 +57,16 @@ class Entry:
             if self._json is None:
                 self._json = shape(fmt).instance_item(self.lease)
             return self._json
-        if self._xml is None:
-            self._xml = shape(fmt).instance_item(self.lease)
-        return self._xml
+        if fmt is Format.XML:
+            if self._xml is None:
+                self._xml = shape(fmt).instance_item(self.lease)
+            return self._xml
+        if self._compact is None:  # the compact forms: asked for by few clients
+            self._compact = {}
+        item = self._compact.get(fmt)
+        if item is None:
+            item = self._compact[fmt] = shape(fmt).instance_item(self.lease)
+        return item
 
 
 _by_first = attrgetter("first")

@@ -81,7 +81,7 @@ def application(
 
 def _application(registry: Registry, fmt: Format, block: Block) -> Document:
     codec = shape(fmt)
-    if fmt is Format.JSON:
+    if fmt.is_json:
         block = block.rest()
     blocks = [Block(codec.APPLICATION_HEAD), block, Block(codec.APPLICATION_TAIL)]
     return Document([b for b in blocks if len(b)], registry.index)
@@ -170,6 +170,6 @@ def _applications(registry: Registry, fmt: Format, blocks: list[Block], version:
 
 def _document(registry: Registry, fmt: Format, head: bytes, blocks: Iterable[Block]) -> Document:
     parts = list(blocks)
-    if parts and fmt is Format.JSON:
+    if parts and fmt.is_json:
         parts[0] = parts[0].rest()  # no separator before the first application
     return Document([Block(head), *parts, _TAILS[fmt]], registry.index)

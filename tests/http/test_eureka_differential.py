@@ -34,6 +34,7 @@ JSON = {"Accept": "application/json"}
 XML = {"Accept": "application/xml"}
 JSON_BODY = {"Content-Type": "application/json"}
 XML_BODY = {"Content-Type": "application/xml"}
+COMPACT = {"X-Eureka-Accept": "compact"}
 
 
 @dataclass(frozen=True)
@@ -91,6 +92,10 @@ SCRIPT = [
     Ask("register, XML", "POST", "apps/BILLING", XML_BODY, BILLING_XML),
     Ask("registry, JSON", "GET", "apps", JSON),
     Ask("registry, XML", "GET", "apps", XML),
+    Ask("registry, compact JSON", "GET", "apps", {**JSON, **COMPACT}),
+    Ask("registry, compact XML", "GET", "apps", {**XML, **COMPACT}),
+    Ask("one application, compact", "GET", "apps/BILLING", {**JSON, **COMPACT}),
+    Ask("a VIP, compact", "GET", "vips/orders", {**XML, **COMPACT}),
     Ask("one application, JSON", "GET", "apps/ORDERS", JSON),
     Ask("one application, XML", "GET", "apps/BILLING", XML),
     Ask("one instance, JSON", "GET", "apps/ORDERS/o-1", JSON),
@@ -150,6 +155,7 @@ SCRIPT = [
     ),
     Ask("delta, JSON", "GET", "apps/delta", JSON),
     Ask("delta, XML", "GET", "apps/delta", XML),
+    Ask("delta, compact", "GET", "apps/delta", {**JSON, **COMPACT}),
     Ask("override set", "PUT", "apps/ORDERS/o-1/status?value=OUT_OF_SERVICE"),
     Ask("instance under an override", "GET", "apps/ORDERS/o-1", JSON),
     Ask("heartbeat under an override", "PUT", "apps/ORDERS/o-1?status=UP"),
