@@ -50,6 +50,8 @@ class Settings:
     admin_tokens: tuple[str, ...] = field(default=(), repr=False)  # HTTP bearer tokens
     peer_credential: str = field(default="", repr=False)  # sent to peers, and required of them
     insecure_public_bind: bool = False  # serve a non-loopback address without credentials
+    # Reverse proxies (addresses or networks) whose X-Forwarded-Prefix the page follows
+    trusted_proxies: tuple[str, ...] = ()
     # Leases and eviction
     legacy_lease_expiry: bool = False  # Eureka's 2 x duration after the last renewal
     eviction_interval: float = 5 * SECONDS
@@ -237,6 +239,7 @@ class Settings:
                 shown = parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl()
                 raise SettingsError(f"peers: {shown!r} {problem}")
         self._check_peer_dns()
+        self._check_trusted_proxies()
         if self.fetch_rate_limit < 0:
             raise SettingsError("fetch_rate_limit: must not be negative (0 turns it off)")
         if self.fetch_burst < 1:
@@ -247,6 +250,15 @@ class Settings:
             raise SettingsError(f"log_format: {self.log_format!r} is not one of {LOG_FORMATS}")
         if self.log_level not in LOG_LEVELS:
             raise SettingsError(f"log_level: {self.log_level!r} is not one of {LOG_LEVELS}")
+
+    def _check_trusted_proxies(self) -> None:
+        for proxy in self.trusted_proxies:
+            try:
+                ipaddress.ip_network(proxy, strict=False)
+            except ValueError:
+                raise SettingsError(
+                    f"trusted_proxies: {proxy!r} is not an address or a network (10.0.0.0/8)"
+                ) from None
 
     def _check_peer_dns(self) -> None:
         if self.peer_dns and not _is_dns_name(self.peer_dns):

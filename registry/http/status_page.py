@@ -11,6 +11,8 @@ it needs from data- attributes.
 
 from __future__ import annotations
 
+import ipaddress
+import re
 import string
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -37,7 +39,7 @@ _ASSETS = {
 
 _HEADERS = {
     "Content-Security-Policy": "default-src 'none'; script-src 'self'; style-src 'self'; "
-    "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
+    "connect-src 'self'; base-uri 'self'; form-action 'none'; frame-ancestors 'none'",
     "X-Content-Type-Options": "nosniff",
     "Referrer-Policy": "no-referrer",
     "Cache-Control": "no-store",  # the page is a moment's state
@@ -60,15 +62,42 @@ async def page(request: web.Request) -> web.Response:
     """GET /: the status page (HTML)."""
     registry, clock, pages = request.app[REGISTRY], request.app[CLOCK], request.app[PAGES]
     admin = auth.may_administer(request)
-    key = (registry.index, admin, auth.principal(request), request.app[LIFECYCLE].phase)
+    base = _base(request)
+    key = (registry.index, admin, auth.principal(request), request.app[LIFECYCLE].phase, base)
     html = pages.get(key, now=clock.monotonic())
     if not isinstance(html, bytes):
-        html = (await _render(request, admin)).encode()
+        html = (await _render(request, admin, base)).encode()
         pages.put(key, html, now=clock.monotonic())
     return web.Response(body=html, content_type="text/html", charset="utf-8", headers=_HEADERS)
 
 
-async def _render(request: web.Request, admin: bool) -> str:
+# What X-Forwarded-Prefix may hold: a path of plain segments (`/registry`, `/ops/registry/`).
+_PREFIX = re.compile(r"(/[A-Za-z0-9._~!$&'()*+,;=:@-]+)+/?")
+
+
+def _base(request: web.Request) -> str:
+    """The page's `<base>` for a reverse proxy in `trusted_proxies` that serves it under a path
+    prefix and says so in `X-Forwarded-Prefix` (Spring's and Traefik's header); none
+    otherwise. The page's URLs are all relative, so a proxy that keeps the trailing slash
+    (`/registry/`) needs no header; one that serves `/registry` too needs it."""
+    prefix = request.headers.get("X-Forwarded-Prefix")
+    if prefix is None or not _PREFIX.fullmatch(prefix) or not _trusted(request):
+        return ""
+    return f'<base href="{escape(prefix.rstrip("/"))}/">\n'
+
+
+def _trusted(request: web.Request) -> bool:
+    proxies = request.app[SETTINGS].trusted_proxies
+    if not proxies or request.remote is None:
+        return False
+    try:
+        address = ipaddress.ip_address(request.remote)
+    except ValueError:
+        return False
+    return any(address in ipaddress.ip_network(proxy, strict=False) for proxy in proxies)
+
+
+async def _render(request: web.Request, admin: bool, base: str) -> str:
     registry = request.app[REGISTRY]
     notes = registry.overrides.notes
     now_ms = request.app[CLOCK].wall_ms()
@@ -77,6 +106,7 @@ async def _render(request: web.Request, admin: bool) -> str:
         key=lambda lease: (lease.instance.app, lease.instance.instance_id),
     )
     fields = {
+        "base": base,
         "index": registry.index,  # what the page shows, at least: the script watches from here
         "epoch": escape(registry.epoch),
         "watch": "true" if request.app[SETTINGS].watch else "false",

@@ -19,6 +19,7 @@ from registry.core.model import InstanceStatus
 from registry.core.overrides import Note
 from registry.http import status_page
 from tests.helpers import instance_doc, register
+from tests.proxy import prefix_proxy
 
 CHROMIUM = Path("/usr/bin/chromium")
 SCREENSHOT = Path(__file__).parents[2] / "artifacts" / "status-page.png"
@@ -35,6 +36,26 @@ async def page_of(client: TestClient, **headers: str) -> str:
 
 
 class TestPage:
+    @pytest.mark.parametrize(
+        ("trusted", "prefix", "base"),
+        [
+            (("127.0.0.1",), "/registry", '<base href="/registry/">'),
+            (("127.0.0.0/8",), "/ops/registry/", '<base href="/ops/registry/">'),
+            ((), "/registry", None),  # from a proxy not trusted
+            (("127.0.0.1",), "//evil.example/", None),  # no path: another site
+            (("127.0.0.1",), '/x"><script>', None),
+        ],
+    )
+    async def test_a_trusted_proxys_prefix_is_the_pages_base(
+        self, aiohttp_client, trusted, prefix, base
+    ):
+        settings = Settings(store=False, trusted_proxies=trusted)
+        client = await aiohttp_client(create_app(settings))
+        html = await page_of(client, **{"X-Forwarded-Prefix": prefix})
+        found = [line for line in html.splitlines() if line.startswith("<base")]
+        assert ([base] if base else []) == found
+        assert '<link rel="stylesheet" href="page/status.css">' in html  # relative, always
+
     async def test_lists_a_registered_instance(self, client):
         await register(client, "ORDERS", "i-1")
         html = await page_of(client)
@@ -247,6 +268,42 @@ class TestInTheBrowser:
         assert await page.evaluate("window.notReloaded")
         assert [] == problems
         await page.screenshot(path=SCREENSHOT, full_page=True)  # makes the folder
+
+    @pytest.mark.parametrize("entry", ["/registry/", "/registry"])
+    async def test_behind_a_reverse_proxy_with_a_path_prefix(
+        self, aiohttp_server, aiohttp_client, browser, entry
+    ):
+        """Served under /registry/ by a proxy on loopback: the page's files, its live updates
+        and its buttons all go through the prefix. Without the trailing slash the page needs
+        the proxy's X-Forwarded-Prefix, from a proxy it trusts."""
+        registry = await aiohttp_server(
+            create_app(Settings(store=False, trusted_proxies=("127.0.0.1",))), host="127.0.0.1"
+        )
+        client = await aiohttp_client(registry)
+        await register(client, "ORDERS", "i-1")
+        async with aiohttp.ClientSession() as session:
+            proxy = await aiohttp_server(
+                prefix_proxy(str(registry.make_url("")).rstrip("/"), "/registry", session),
+                host="127.0.0.1",
+            )
+            page = await browser.new_page()
+            outside: list[str] = []  # requests that missed the prefix
+            page.on(
+                "request",
+                lambda r: outside.append(r.url) if "/registry" not in r.url else None,
+            )
+            problems: list[str] = []
+            page.on("pageerror", lambda error: problems.append(str(error)))
+            await page.goto(str(proxy.make_url(entry)))
+            row = page.locator('tr[data-id="i-1"]')
+            await expect(row.locator(".current")).to_have_text("UP")
+            await expect(page.locator("#live")).to_have_text("live")  # the watch, proxied
+            await register(client, "PAYMENTS", "p-1", status="DOWN")
+            await expect(page.locator('tr[data-id="p-1"] .current')).to_have_text("DOWN")
+            page.once("dialog", lambda dialog: dialog.accept("proxied"))
+            await row.get_by_role("button", name="Take out of service").click()
+            await expect(row.locator(".current")).to_have_text("OUT_OF_SERVICE")
+            assert ([], []) == (outside, problems)
 
     async def test_filters_by_application_and_status(self, aiohttp_server, aiohttp_client, browser):
         server = await aiohttp_server(create_app(Settings(store=False)))

@@ -104,7 +104,7 @@ function watch() {
     return;
   }
   const source = new EventSource(
-    `/eureka/watch?index=${index}&epoch=${encodeURIComponent(epoch)}`);
+    `eureka/watch?index=${index}&epoch=${encodeURIComponent(epoch)}`);
   source.addEventListener("open", () => setLive("on", "live"));
   source.addEventListener("error", () => {
     // CLOSED: the server refused the stream (reads not served yet): only a reload helps.
@@ -126,7 +126,7 @@ function watch() {
 
 async function act(button) {
   const row = button.closest("tr");
-  const path = `/eureka/apps/${encodeURIComponent(row.dataset.app)}/` +
+  const path = `eureka/apps/${encodeURIComponent(row.dataset.app)}/` +
     `${encodeURIComponent(row.dataset.id)}/status`;
   let url = `${path}?value=UP`;
   let method = "DELETE";
