@@ -36,7 +36,7 @@ Pure: the eviction task feeds it the registry's changes, renewal totals and the 
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Iterable
 from dataclasses import dataclass
 from operator import attrgetter
@@ -54,6 +54,9 @@ _RENEWAL_SECONDS = attrgetter("instance.renewal_interval_secs")
 _INITIAL = {EUREKA_INTERVAL: 1}  # the one client Spring's server expects before any registers
 # A lease renewed within this many of its intervals is renewing: it missed two heartbeats at most.
 RECENT_INTERVALS = 3
+
+
+HISTORY = 30  # counting windows kept for the page's chart
 
 
 def renewal_threshold(expected_per_minute: float, percent: float) -> int:
@@ -100,6 +103,9 @@ class SelfPreservation(Subscriber):
         # Every lease in the registry that has renewed, by interval: the count a recount takes.
         self._registered: Counter[float] = Counter()
         self.renewals_last_minute: int | None = None  # None until a full minute is counted
+        # The last windows' renewals and the threshold at their end, oldest first (the page's
+        # chart of the last half hour).
+        self.history: deque[tuple[int, int]] = deque(maxlen=HISTORY)
         self._renewals_at_minute_start = 0
         self._uncounted_before_ms = 0  # leases dead at an accepted lasting drop: not in E
         self.paused_since: float | None = None  # monotonic seconds
@@ -160,6 +166,7 @@ class SelfPreservation(Subscriber):
         """Called every `window` seconds with the registry's running renewal total."""
         self.renewals_last_minute = renewals_total - self._renewals_at_minute_start
         self._renewals_at_minute_start = renewals_total
+        self.history.append((self.renewals_last_minute, self.threshold))
 
     def recount(self, *, now: float, now_ms: int, renewing: Iterable[InstanceInfo]) -> None:
         """The periodic recount of `E` from the registry.

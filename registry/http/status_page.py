@@ -22,12 +22,22 @@ from typing import Any
 
 from aiohttp import web
 
-from registry.appkeys import CHECKER, CLOCK, LIFECYCLE, PAGES, REGISTRY, SETTINGS
+from registry.appkeys import (
+    CHECKER,
+    CLOCK,
+    JOURNAL,
+    LIFECYCLE,
+    PAGES,
+    PRESERVATION,
+    REGISTRY,
+    SETTINGS,
+)
 from registry.common.tasks import Pacer
 from registry.core.model import InstanceStatus, Lease
 from registry.core.overrides import Note
-from registry.http import auth, server_info
+from registry.http import auth, params, server_info
 from registry.http.error_handling import no_such_endpoint
+from registry.http.page_view import AppRow, Filters, View, filters_from, view_of
 
 _FILES = Path(__file__).parent / "page"
 _TEMPLATE = string.Template((_FILES / "status.html").read_text(encoding="utf-8"))
@@ -49,24 +59,26 @@ _HEALTH = {  # a peer's `reachable`: None until the first call to it ends
     False: '<span class="health bad">unreachable</span>',
     None: '<span class="health">not called yet</span>',
 }
-_STATUS_OPTIONS = "".join(f'<option value="{s.value}">{s.value}</option>' for s in InstanceStatus)
 
 
 # A page is rendered at most once in this many seconds for each way it looks (the registry's
 # index, the viewer, the phase): four clients reloading it in a loop at 20 000 instances took a
 # core, and heartbeats waited. Lease times and peers' health on it are this much old at most.
 PAGE_MAX_AGE = 2.0
+RECENT = 20  # overrides and changes listed under the instances
 
 
 async def page(request: web.Request) -> web.Response:
-    """GET /: the status page (HTML)."""
+    """GET /: the status page (HTML), for the filters its query names (page_view.py)."""
     registry, clock, pages = request.app[REGISTRY], request.app[CLOCK], request.app[PAGES]
     admin = auth.may_administer(request)
     base = _base(request)
-    key = (registry.index, admin, auth.principal(request), request.app[LIFECYCLE].phase, base)
+    filters = filters_from(params.query_string(request))
+    phase = request.app[LIFECYCLE].phase
+    key = (registry.index, admin, auth.principal(request), phase, base, filters)
     html = pages.get(key, now=clock.monotonic())
     if not isinstance(html, bytes):
-        html = (await _render(request, admin, base)).encode()
+        html = (await _render(request, admin, base, filters)).encode()
         pages.put(key, html, now=clock.monotonic())
     return web.Response(body=html, content_type="text/html", charset="utf-8", headers=_HEADERS)
 
@@ -97,14 +109,10 @@ def _trusted(request: web.Request) -> bool:
     return any(address in ipaddress.ip_network(proxy, strict=False) for proxy in proxies)
 
 
-async def _render(request: web.Request, admin: bool, base: str) -> str:
+async def _render(request: web.Request, admin: bool, base: str, filters: Filters) -> str:
     registry = request.app[REGISTRY]
-    notes = registry.overrides.notes
     now_ms = request.app[CLOCK].wall_ms()
-    leases = sorted(
-        (lease for _, leases in registry.applications() for lease in leases),
-        key=lambda lease: (lease.instance.app, lease.instance.instance_id),
-    )
+    view = await view_of(registry, filters)
     fields = {
         "base": base,
         "index": registry.index,  # what the page shows, at least: the script watches from here
@@ -112,12 +120,75 @@ async def _render(request: web.Request, admin: bool, base: str) -> str:
         "watch": "true" if request.app[SETTINGS].watch else "false",
         "viewer": _viewer(request),
         "summary": _summary(request.app, now_ms),
-        "status_options": _STATUS_OPTIONS,
-        "actions_head": "<th>Actions</th>" if admin else "",
+        "app_value": escape(filters.app.lower()),
+        "status_options": _options([s.value for s in InstanceStatus], filters.status),
+        "zone_options": _options(view.zones, filters.zone),
+        "view": await _view(request, view, admin, now_ms),
+        "recent": _recent(request.app, admin),
     }
-    # A large registry's rows take a while (10 000: about 40 ms): let heartbeats in meanwhile.
-    rows, pacer = [], Pacer()
+    return _TEMPLATE.substitute(fields)
+
+
+def _options(values: Sequence[str], chosen: object) -> str:
+    chosen = getattr(chosen, "value", chosen)
+    return "".join(
+        f'<option value="{escape(v)}"{" selected" if v == chosen else ""}>{escape(v)}</option>'
+        for v in values
+    )
+
+
+async def _view(request: web.Request, view: View, admin: bool, now_ms: int) -> str:
+    """The applications that match (a page of them) and the instances that do, listed when
+    few enough."""
+    f = view.filters
+    apps = "".join(_app_row(row, f) for row in view.apps) or (
+        '<tr class="empty"><td colspan="4">No application matches.</td></tr>'
+    )
+    pager = ""
+    if view.pages > 1:
+        page = min(f.page, view.pages)
+        before = f'<a href="{escape(f.query(page=page - 1))}">previous</a> ' if page > 1 else ""
+        after = f' <a href="{escape(f.query(page=page + 1))}">next</a>' if page < view.pages else ""
+        pager = f'<p class="pager">{before}page {page} of {view.pages}{after}</p>'
+    opened = ""
+    if f.open is not None:
+        opened = f' of {escape(f.open)} (<a href="{escape(f.query(open=None))}">all</a>)'
+    if view.instances is None:
+        shown = f"{view.matched} of {view.total} instances match"
+        instances = (
+            f'<p class="note">{view.matched} instances match: open an application, or narrow '
+            "the filters, to list them.</p>"
+        )
+    else:
+        shown = f"{view.matched} of {view.total} shown"
+        instances = await _instances_table(request, view.instances, admin, now_ms)
+    return (
+        f'<p id="shown" class="sub">{shown}</p>'
+        f'<table id="apps"><thead><tr><th>Application</th><th>Instances</th><th>By status</th>'
+        f"<th>By zone</th></tr></thead><tbody>{apps}</tbody></table>{pager}"
+        f"<h3>Instances{opened}</h3>{instances}"
+    )
+
+
+def _app_row(row: AppRow, filters: Filters) -> str:
+    statuses = " ".join(
+        f"{_badge(status)} {count}" for status, count in sorted(row.statuses.items())
+    )
+    zones = " · ".join(f"{escape(z)} {n}" for z, n in sorted(row.zones.items())) or "none"
+    link = escape(filters.query(open=row.name, page=1))
+    return (
+        f'<tr data-app-row="{escape(row.name)}"><td><a href="{link}">{escape(row.name)}</a></td>'
+        f"<td>{row.total}</td><td>{statuses}</td><td>{zones}</td></tr>"
+    )
+
+
+async def _instances_table(
+    request: web.Request, leases: Sequence[Lease], admin: bool, now_ms: int
+) -> str:
+    notes = request.app[REGISTRY].overrides.notes
     checker = request.app[CHECKER]
+    # Up to MAX_OPEN rows (5 000: about 20 ms): let heartbeats in meanwhile.
+    rows, pacer = [], Pacer()
     for lease in leases:
         # Why, who and until when are the admin plane's to read (as `overrides` is).
         iid = lease.instance.instance_id
@@ -128,7 +199,47 @@ async def _render(request: web.Request, admin: bool, base: str) -> str:
     empty = (
         f'<tr class="empty"><td colspan="{7 if admin else 6}">No instances registered.</td></tr>'
     )
-    return _TEMPLATE.substitute(fields, rows="".join(rows) or empty)
+    actions = "<th>Actions</th>" if admin else ""
+    return (
+        '<table id="instances"><thead><tr><th>Application</th><th>Instance</th><th>Host</th>'
+        f"<th>Status</th><th>Override</th><th>Lease left</th>{actions}</tr></thead>"
+        f"<tbody>{''.join(rows) or empty}</tbody></table>"
+    )
+
+
+def _recent(app: web.Application, admin: bool) -> str:
+    """The overrides in force (the first RECENT) and the latest changes, newest first."""
+    registry, journal = app[REGISTRY], app[JOURNAL]
+    notes = registry.overrides.notes
+    overrides = []
+    for iid, status in list(registry.overrides.items())[:RECENT]:
+        note = notes.of(iid, status)
+        said = escape(note.reason or "") if admin and note is not None else ""
+        overrides.append((escape(iid), _badge(status), said))
+    in_force = len(registry.overrides)
+    parts = [f"<h2>Overrides in force ({in_force})</h2>"]
+    if overrides:
+        parts.append(_table(("Instance", "Override", "Reason"), overrides))
+    else:
+        parts.append('<p class="sub">None.</p>')
+    changes = journal.after(max(journal.forgotten_index, registry.index - RECENT)) or []
+    rows = [
+        (
+            _time(entry.at_ms),
+            entry.action.value,
+            escape(entry.lease.instance.app),
+            escape(entry.lease.instance.instance_id),
+            _badge(entry.lease.instance.status),
+        )
+        for entry in reversed(changes)
+    ]
+    parts.append("<h2>Latest changes</h2>")
+    parts.append(
+        _table(("When", "Change", "Application", "Instance", "Status"), rows)
+        if rows
+        else '<p class="sub">None in the journal.</p>'
+    )
+    return "".join(parts)
 
 
 async def asset(request: web.Request) -> web.Response:
@@ -231,7 +342,7 @@ def _summary(app: web.Application, now_ms: int) -> str:
             "served" if lifecycle.serves_reads else "not served",
             escape(lifecycle.reason),
         ),
-        _preservation(health["selfPreservation"]),
+        _preservation(health["selfPreservation"], app[PRESERVATION].history),
         _store(health["store"]),
     ]
     checker = app[CHECKER]
@@ -267,7 +378,7 @@ def _card(title: str, state: str, headline: str, detail: str) -> str:
     )
 
 
-def _preservation(sp: dict[str, Any]) -> str:
+def _preservation(sp: dict[str, Any], history: Sequence[tuple[int, int]]) -> str:
     if not sp["enabled"]:
         headline, state = "off: expired leases are evicted", "ok"
     elif sp["evicting"]:
@@ -280,7 +391,31 @@ def _preservation(sp: dict[str, Any]) -> str:
     detail += f", threshold {sp['renews-threshold']}"
     if sp["held-for-seconds"] is not None:
         detail += f", held for {sp['held-for-seconds']} s"
-    return _card("Self-preservation", state, headline, detail)
+    return _card("Self-preservation", state, headline, detail + _chart(history))
+
+
+def _chart(history: Sequence[tuple[int, int]]) -> str:
+    """The last counting windows' renewals (a line) against the threshold (dashed), as SVG:
+    a drop towards the threshold shows before eviction is held."""
+    if len(history) < 2:
+        return ""
+    top = max(max(r, t) for r, t in history) or 1
+    width, height = 240, 48
+    step = width / (len(history) - 1)
+
+    def line(values: Sequence[int]) -> str:
+        return " ".join(
+            f"{n * step:.1f},{height - 2 - (height - 4) * v / top:.1f}"
+            for n, v in enumerate(values)
+        )
+
+    renewals, thresholds = line([r for r, _ in history]), line([t for _, t in history])
+    return (
+        f'<svg class="chart" viewBox="0 0 {width} {height}" role="img" '
+        f'aria-label="renewals per window against the threshold, last {len(history)} windows">'
+        f'<polyline class="renewals" points="{renewals}"/>'
+        f'<polyline class="threshold" points="{thresholds}"/></svg>'
+    )
 
 
 def _store(store: dict[str, Any]) -> str:

@@ -25,6 +25,7 @@ from tests.bench.client_scenario import client_figures, client_rows
 from tests.bench.cluster import cluster
 from tests.bench.cluster_report import cluster_rows
 from tests.bench.load import LoadGenerator
+from tests.bench.page import page, page_rows
 from tests.bench.propagation import propagation
 from tests.bench.scale import scale
 from tests.bench.scale_report import Row, scale_rows
@@ -134,6 +135,8 @@ async def run(plan: Plan) -> dict[str, Any]:
         results["eureka"] = await against_eureka(plan)
     if "checks" in plan.scenarios:
         results["checks"] = await checks(plan)
+    if "page" in plan.scenarios:
+        results["page"] = await page(plan)
     return results
 
 
@@ -201,6 +204,8 @@ def table(results: dict[str, Any], *, judged: bool = True) -> str:
         rows.extend(eureka_rows(results["eureka"]))
     if "checks" in results:
         rows.extend(checks_rows(results["checks"]))
+    if "page" in results:
+        rows.extend(page_rows(results["page"]))
     if "memory" not in results:
         return _render(rows)
     mem = results["memory"]

@@ -32,6 +32,7 @@ SCENARIOS = (
     "cluster",
     "eureka",
     "checks",
+    "page",
 )
 # The delta scenario's window, in seconds (Eureka's is 180).
 DELTA_WINDOW = 3

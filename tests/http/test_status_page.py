@@ -17,7 +17,7 @@ from registry import FakeClock, Settings, create_app
 from registry.appkeys import REGISTRY
 from registry.core.model import InstanceStatus
 from registry.core.overrides import Note
-from registry.http import status_page
+from registry.http import page_view, status_page
 from tests.helpers import instance_doc, register
 from tests.proxy import prefix_proxy
 
@@ -33,6 +33,16 @@ async def page_of(client: TestClient, **headers: str) -> str:
     assert 200 == response.status, await response.text()
     assert response.headers["Content-Type"].startswith("text/html")
     return await response.text()
+
+
+async def page_of_query(client: TestClient, query: str) -> str:
+    response = await client.get("/" + query)
+    assert 200 == response.status, await response.text()
+    return await response.text()
+
+
+def ids_listed(html: str) -> list[str]:
+    return re.findall(r'<tr data-app="[^"]*" data-id="([^"]*)"', html)
 
 
 class TestPage:
@@ -55,6 +65,51 @@ class TestPage:
         found = [line for line in html.splitlines() if line.startswith("<base")]
         assert ([base] if base else []) == found
         assert '<link rel="stylesheet" href="page/status.css">' in html  # relative, always
+
+    async def test_applications_are_counted_by_status_and_zone_and_open_one_by_one(self, client):
+        await register(client, "ORDERS", "o-1", metadata={"zone": "eu-1a"})
+        await register(client, "ORDERS", "o-2", status="DOWN", metadata={"zone": "eu-1b"})
+        await register(client, "PAYMENTS", "p-1")
+        html = await page_of(client)
+        orders = html.split('<tr data-app-row="ORDERS">')[1].split("</tr>")[0]
+        assert ">2<" in orders and "eu-1a 1 · eu-1b 1" in orders
+        assert 's-DOWN">DOWN</span> 1' in orders and 's-UP">UP</span> 1' in orders
+        assert '<a href="?open=ORDERS">ORDERS</a>' in orders
+        opened = await page_of_query(client, "?open=ORDERS")
+        assert 'data-id="o-1"' in opened and 'data-id="p-1"' not in opened
+        zoned = await page_of_query(client, "?zone=eu-1b")
+        assert ["o-2"] == ids_listed(zoned)
+        assert "1 of 3 shown" in zoned
+
+    async def test_more_instances_than_are_listed_are_counted_and_apps_paged(
+        self, client, monkeypatch
+    ):
+        monkeypatch.setattr(page_view, "MAX_ROWS", 3)
+        monkeypatch.setattr(page_view, "APPS_PER_PAGE", 2)
+        for n in range(5):
+            await register(client, f"APP{n}", f"i-{n}")
+        html = await page_of(client)
+        assert "5 instances match: open an application" in html and ids_listed(html) == []
+        assert "page 1 of 3" in html and 'href="?page=2"' in html
+        assert ["i-2"] == ids_listed(await page_of_query(client, "?open=APP2"))
+        assert "page 3 of 3" in await page_of_query(client, "?page=3")
+
+    @pytest.mark.parametrize("query", ["?status=BOGUS", "?page=0", "?app=" + "a" * 300])
+    async def test_a_filter_that_makes_no_sense_is_a_400(self, client, query):
+        response = await client.get("/" + query)
+        assert 400 == response.status
+
+    async def test_overrides_in_force_and_the_latest_changes_are_listed(self, client):
+        await register(client, "ORDERS", "o-1")
+        await client.put("/eureka/apps/ORDERS/o-1/status?value=OUT_OF_SERVICE&reason=patching")
+        recent = (await page_of(client)).split('<section id="recent">')[1]
+        assert "Overrides in force (1)" in recent and "patching" in recent
+        assert "MODIFIED" in recent and "ADDED" in recent
+
+    def test_the_renewals_are_charted_against_the_threshold(self):
+        chart = status_page._chart([(100, 85), (90, 85), (40, 85)])
+        assert chart.count("<polyline") == 2 and 'class="threshold"' in chart
+        assert "" == status_page._chart([(100, 85)])
 
     async def test_lists_a_registered_instance(self, client):
         await register(client, "ORDERS", "i-1")
@@ -316,6 +371,7 @@ class TestInTheBrowser:
         await page.fill("#filter-app", "pay")
         await expect(visible).to_have_count(1)
         await expect(visible.first).to_have_attribute("data-id", "p-1")
+        assert page.url.endswith("/?app=pay")  # the view is a link
         await page.fill("#filter-app", "")
         await page.select_option("#filter-status", "UP")
         await expect(visible).to_have_count(1)

@@ -1,31 +1,19 @@
 // The status page's behaviour: filters, live updates, admin actions. No framework, no build.
 //
-// The server renders the page (registry/http/status_page.py). This script filters its rows,
-// patches a row's status the moment the watch stream reports a change, and re-fetches the page
-// shortly after to refresh what events do not carry: new rows, override reasons, lease times
-// and the node's health.
+// The server renders the page (registry/http/status_page.py) for the filters in its query
+// (registry/http/page_view.py), so a view can be linked. This script asks the server again as
+// the filters change, swapping in what it renders and putting the filters in the address; it
+// follows the watch stream of the applications whose instances are listed (only those: a
+// fleet's other changes never reach the page), patches a row's status the moment a change
+// comes, and re-fetches the page shortly after to refresh what events do not carry (new rows,
+// override reasons, lease times, counts, the node's health). When the filters match too many
+// instances to list, nothing is watched and the counts are refreshed every few seconds.
 "use strict";
 
-const table = document.getElementById("instances");
 const appFilter = document.getElementById("filter-app");
 const statusFilter = document.getElementById("filter-status");
-
-function rows() {
-  return Array.from(table.tBodies[0].rows).filter((row) => row.dataset.id !== undefined);
-}
-
-function applyFilters() {
-  const text = appFilter.value.trim().toUpperCase();
-  const status = statusFilter.value;
-  const all = rows();
-  let shown = 0;
-  for (const row of all) {
-    row.hidden = !(row.dataset.app.toUpperCase().includes(text) &&
-      (status === "" || row.dataset.status === status));
-    shown += row.hidden ? 0 : 1;
-  }
-  document.getElementById("shown").textContent = `${shown} of ${all.length} shown`;
-}
+const zoneFilter = document.getElementById("filter-zone");
+const POLL_MS = 5000; // the counts' refresh while no instance is listed
 
 function say(text) {
   const message = document.getElementById("message");
@@ -38,6 +26,75 @@ function badge(status) {
   span.className = `status s-${status}`;
   span.textContent = status;
   return span;
+}
+
+function rows() {
+  const table = document.getElementById("instances");
+  return table ? Array.from(table.tBodies[0].rows).filter((r) => r.dataset.id !== undefined) : [];
+}
+
+// The page's query for the filters as they are now; an opened application stays open.
+function query() {
+  const now = new URLSearchParams(location.search);
+  const next = new URLSearchParams();
+  for (const [name, value] of [
+    ["app", appFilter.value.trim()],
+    ["status", statusFilter.value],
+    ["zone", zoneFilter.value],
+    ["open", now.get("open") ?? ""],
+  ]) {
+    if (value !== "") {
+      next.set(name, value);
+    }
+  }
+  const text = next.toString();
+  return text === "" ? location.pathname : `?${text}`;
+}
+
+// Fetch the page for `target` and swap in its parts; the newest request wins.
+let asked = 0;
+async function load(target) {
+  const mine = ++asked;
+  try {
+    const response = await fetch(target, { cache: "no-store" });
+    if (!response.ok) {
+      throw new Error(`${response.status} ${response.statusText}`);
+    }
+    const fresh = new DOMParser().parseFromString(await response.text(), "text/html");
+    if (mine !== asked) {
+      return;
+    }
+    for (const id of ["summary", "view", "recent"]) {
+      document.getElementById(id).replaceWith(fresh.getElementById(id));
+    }
+    document.body.dataset.index = fresh.body.dataset.index;
+    document.body.dataset.epoch = fresh.body.dataset.epoch;
+    say("");
+    watch();
+  } catch (error) {
+    say(`Could not refresh the page: ${error.message}`);
+  }
+  // Filterings applied so far: what the page benchmark waits for (tests/bench/page.py).
+  document.body.dataset.filtered = Number(document.body.dataset.filtered || 0) + 1;
+}
+
+let typing = null;
+function filtersChanged() {
+  clearTimeout(typing);
+  typing = setTimeout(() => {
+    const target = query();
+    history.replaceState(null, "", target);
+    load(target);
+  }, 60); // a word typed is one request
+}
+
+// At most one re-fetch a second, however many changes come (a deploy, an eviction sweep).
+let refreshing = null;
+function refreshSoon() {
+  refreshing ??= setTimeout(() => {
+    refreshing = null; // a change from now on may be missing from this fetch: it asks again
+    load(location.pathname + location.search);
+  }, 1000);
 }
 
 // The row's status now, as the change event has it; the reason comes with the next refresh.
@@ -54,28 +111,6 @@ function patch(row, instance) {
   }
 }
 
-// At most one re-fetch a second, however many changes come (a deploy, an eviction sweep).
-let refreshing = null;
-function refreshSoon() {
-  refreshing ??= setTimeout(refresh, 1000);
-}
-
-async function refresh() {
-  refreshing = null; // a change from now on may be missing from this fetch: it asks again
-  try {
-    const response = await fetch(location.pathname, { cache: "no-store" });
-    if (!response.ok) {
-      throw new Error(`${response.status} ${response.statusText}`);
-    }
-    const fresh = new DOMParser().parseFromString(await response.text(), "text/html");
-    document.getElementById("summary").replaceWith(fresh.getElementById("summary"));
-    table.tBodies[0].replaceWith(fresh.getElementById("instances").tBodies[0]);
-    applyFilters();
-  } catch (error) {
-    say(`Could not refresh the page: ${error.message}`);
-  }
-}
-
 function onChange(event) {
   const change = JSON.parse(event.data);
   const row = rows().find(
@@ -85,7 +120,6 @@ function onChange(event) {
   } else if (row) {
     patch(row, change.instance);
   }
-  applyFilters();
   refreshSoon();
 }
 
@@ -95,31 +129,65 @@ function setLive(state, text) {
   live.textContent = text;
 }
 
+// The applications listed, as the watch stream's interest: "" for none listed, null for
+// every application (a view of no filter at all, where a new application must show).
+function watched() {
+  const filtered = location.search !== "" && new URLSearchParams(location.search).size > 0;
+  if (!document.getElementById("instances")) {
+    return "";
+  }
+  if (!filtered) {
+    return null;
+  }
+  const apps = Array.from(document.querySelectorAll("#apps tr[data-app-row]"),
+    (r) => r.dataset.appRow);
+  return apps.length > 100 ? null : apps.join(",");
+}
+
 // Changes from the index the page was rendered at, so none falls between render and connect.
 // EventSource reconnects by itself and resumes after the last event it got.
+let source = null;
+let watching;
+let polling = null;
 function watch() {
-  const { index, epoch } = document.body.dataset;
   if (document.body.dataset.watch === "false") {
     setLive("off", "not live: this server's watch stream is off (watch = false)");
     return;
   }
-  const source = new EventSource(
-    `eureka/watch?index=${index}&epoch=${encodeURIComponent(epoch)}`);
-  source.addEventListener("open", () => setLive("on", "live"));
-  source.addEventListener("error", () => {
+  const apps = watched();
+  if (source !== null && apps === watching) {
+    return;
+  }
+  source?.close();
+  source = null;
+  clearInterval(polling);
+  polling = null;
+  watching = apps;
+  if (apps === "") { // too many instances to list: the counts, every few seconds
+    setLive("on", "live (counts every 5 s)");
+    polling = setInterval(refreshSoon, POLL_MS);
+    return;
+  }
+  const { index, epoch } = document.body.dataset;
+  const only = apps === null ? "" : `&apps=${encodeURIComponent(apps)}`;
+  const mine = new EventSource(
+    `eureka/watch?index=${index}&epoch=${encodeURIComponent(epoch)}${only}`);
+  source = mine;
+  mine.addEventListener("open", () => setLive("on", "live"));
+  mine.addEventListener("error", () => {
     // CLOSED: the server refused the stream (reads not served yet): only a reload helps.
-    if (source.readyState === EventSource.CLOSED) {
+    if (mine.readyState === EventSource.CLOSED) {
       setLive("off", "not live: reload the page");
     } else {
       setLive("off", "reconnecting…");
     }
   });
   for (const action of ["ADDED", "MODIFIED", "DELETED"]) {
-    source.addEventListener(action, onChange);
+    mine.addEventListener(action, onChange);
   }
   // The node cannot go on from the page's index (forgotten, or another run's): start over.
-  source.addEventListener("reset", () => {
-    source.close();
+  mine.addEventListener("reset", () => {
+    mine.close();
     location.reload();
   });
 }
@@ -154,14 +222,14 @@ async function act(button) {
   }
 }
 
-// Delegated on the table: its body is replaced on every refresh.
-table.addEventListener("click", (event) => {
+// Delegated on the page: the tables are replaced on every refresh.
+document.querySelector("main").addEventListener("click", (event) => {
   const button = event.target.closest("button[data-action]");
   if (button) {
     act(button);
   }
 });
-appFilter.addEventListener("input", applyFilters);
-statusFilter.addEventListener("change", applyFilters);
-applyFilters();
+appFilter.addEventListener("input", filtersChanged);
+statusFilter.addEventListener("change", filtersChanged);
+zoneFilter.addEventListener("change", filtersChanged);
 watch();

@@ -1,0 +1,149 @@
+"""What the status page shows for one request's filters (registry/http/status_page.py renders
+it): the applications that match, a page of them at a time, each with its instances counted
+by status and by zone; and the instances that match, listed when there are few enough to
+read (MAX_ROWS), else counted. Filters come as query parameters, so a view can be linked:
+
+    ?app=ORD      applications whose name contains this (any case)
+    ?status=DOWN  instances with this status (and the applications that have some)
+    ?zone=eu-1a   instances in this zone (registry/core/zones.py)
+    ?open=ORDERS  one application's instances (listed, however many: MAX_OPEN at most)
+    ?page=2       the applications' page
+
+One pass over the registry, giving the loop turns as it goes (100 000 instances: tens of ms).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field, replace
+from urllib.parse import parse_qsl, urlencode
+
+from registry.common.tasks import Pacer
+from registry.core.model import InstanceStatus, Lease
+from registry.core.registry import Registry
+from registry.core.zones import zone_of
+from registry.errors import BadInput
+
+MAX_ROWS = 500  # instances listed without an application opened
+MAX_OPEN = 5_000  # instances listed for one opened application
+APPS_PER_PAGE = 100
+MAX_FILTER = 256  # characters of a filter's text
+
+
+@dataclass(frozen=True, slots=True)
+class Filters:
+    app: str = ""  # upper case; "": any
+    status: InstanceStatus | None = None
+    zone: str | None = None
+    open: str | None = None  # an application, exactly (upper case)
+    page: int = 1
+
+    def query(self, **changes: object) -> str:
+        """These filters (with `changes`) as a link's query string."""
+        f = replace(self, **changes)  # type: ignore[arg-type]
+        pairs = [
+            ("app", f.app),
+            ("status", f.status.value if f.status else ""),
+            ("zone", f.zone or ""),
+            ("open", f.open or ""),
+            ("page", str(f.page) if f.page > 1 else ""),
+        ]
+        return "?" + urlencode([(k, v) for k, v in pairs if v])
+
+
+def filters_from(query: str) -> Filters:
+    """The filters of a page request's query string; BadInput for one that makes no sense."""
+    try:
+        values = dict(parse_qsl(query, keep_blank_values=True, errors="strict"))
+    except UnicodeDecodeError:
+        raise BadInput("query", "its percent escapes are not UTF-8") from None
+    for key, value in values.items():
+        if len(value) > MAX_FILTER:
+            raise BadInput(key, f"longer than {MAX_FILTER} characters")
+    status = None
+    if values.get("status"):
+        try:
+            status = InstanceStatus(values["status"])
+        except ValueError:
+            raise BadInput("status", f"{values['status']!r} is not a status") from None
+    page = values.get("page") or "1"
+    if not page.isdigit() or int(page) < 1:
+        raise BadInput("page", f"{page!r} is not a page number")
+    return Filters(
+        app=values.get("app", "").strip().upper(),
+        status=status,
+        zone=values.get("zone") or None,
+        open=(values.get("open") or "").upper() or None,
+        page=int(page),
+    )
+
+
+@dataclass(slots=True)
+class AppRow:
+    name: str
+    total: int = 0
+    statuses: Counter[InstanceStatus] = field(default_factory=Counter)
+    zones: Counter[str] = field(default_factory=Counter)
+
+
+@dataclass(slots=True)
+class View:
+    filters: Filters
+    apps: list[AppRow]  # this page of the matching applications
+    apps_matched: int
+    pages: int
+    instances: list[Lease] | None  # None: more match than are listed
+    matched: int  # instances that match
+    total: int  # instances registered
+    zones: list[str]  # every zone an instance is in, for the zone filter
+
+
+async def view_of(registry: Registry, filters: Filters) -> View:
+    pacer = Pacer()
+    apps: list[AppRow] = []
+    listed: list[Lease] = []
+    zones: set[str] = set()
+    matched = total = 0
+    limit = MAX_OPEN if filters.open else MAX_ROWS
+    for name, leases in list(registry.applications()):
+        named = filters.app in name and (filters.open is None or name == filters.open)
+        row = AppRow(name)
+        hits = 0
+        for lease in leases:
+            instance = lease.instance
+            zone = zone_of(instance)
+            row.total += 1
+            row.statuses[instance.status] += 1
+            if zone is not None:
+                row.zones[zone] += 1
+                zones.add(zone)
+            if not named:
+                continue
+            if filters.status is not None and instance.status is not filters.status:
+                continue
+            if filters.zone is not None and zone != filters.zone:
+                continue
+            hits += 1
+            if len(listed) <= limit:
+                listed.append(lease)
+        total += row.total
+        if hits:
+            apps.append(row)
+            matched += hits
+        await pacer.pace()
+    apps.sort(key=lambda row: row.name)
+    pages = max(1, -(-len(apps) // APPS_PER_PAGE))
+    start = (min(filters.page, pages) - 1) * APPS_PER_PAGE
+    instances = None
+    if matched <= limit:
+        instances = sorted(listed, key=lambda x: (x.instance.app, x.instance.instance_id))
+    return View(
+        filters,
+        apps[start : start + APPS_PER_PAGE],
+        len(apps),
+        pages,
+        instances,
+        matched,
+        total,
+        sorted(zones),
+    )
