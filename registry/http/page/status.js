@@ -132,7 +132,7 @@ function setLive(state, text) {
 // The applications listed, as the watch stream's interest: "" for none listed, null for
 // every application (a view of no filter at all, where a new application must show).
 function watched() {
-  const filtered = location.search !== "" && new URLSearchParams(location.search).size > 0;
+  const filtered = location.search.length > 1;
   if (!document.getElementById("instances")) {
     return "";
   }
