@@ -39,6 +39,7 @@ from registry.appkeys import (
     RESTORED,
     SETTINGS,
     STARTED_AT,
+    TALLIES,
     WRITER,
 )
 from registry.checks.checker import Checker
@@ -57,6 +58,7 @@ from registry.health.request_stats import RequestStats
 from registry.http.connections import Connections
 from registry.http.credentials import Credentials
 from registry.http.metrics_api import InstanceCounts, collector_registry
+from registry.http.page_view import Tallies
 from registry.http.ratelimit import FetchLimiter
 from registry.http.routes import add_routes
 from registry.http.status_page import PAGE_MAX_AGE
@@ -148,6 +150,7 @@ def create_app(
     app[LOOP_LAG] = LoopLag()
     app[CONNECTIONS] = Connections(per_address=settings.max_connections_per_address)
     app[PAGES] = Recent(max_age=PAGE_MAX_AGE)
+    app[TALLIES] = Tallies()
     app[MEMORY] = MemoryGuard(0)  # its watermark is found as the app starts (_memory)
     app[QUOTAS] = quotas
     app[LIMITER] = (

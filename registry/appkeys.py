@@ -17,6 +17,7 @@ from registry.health.memory import MemoryGuard
 from registry.health.request_stats import RequestStats
 from registry.http.connections import Connections
 from registry.http.credentials import Credentials
+from registry.http.page_view import Tallies
 from registry.http.ratelimit import FetchLimiter
 from registry.lifecycle import Lifecycle
 from registry.reads.cache import Recent, ResponseCache
@@ -50,6 +51,7 @@ REQUESTS = web.AppKey("requests", RequestStats)  # counts and latencies, for /me
 LOOP_LAG = web.AppKey("loop_lag", LoopLag)  # how late the event loop runs, for /metrics
 CONNECTIONS = web.AppKey("connections", Connections)  # open ones by client address, capped
 PAGES = web.AppKey("pages", Recent)  # the status page as lately rendered, by how it looks
+TALLIES = web.AppKey("tallies", Tallies)  # the page's counts by application, status and zone
 MEMORY = web.AppKey("memory", MemoryGuard)  # resident memory against its watermark
 # Instances by the client credential that registered them; None without a cap
 QUOTAS: web.AppKey[CredentialQuotas | None] = web.AppKey("quotas")

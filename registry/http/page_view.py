@@ -9,7 +9,9 @@ read (MAX_ROWS), else counted. Filters come as query parameters, so a view can b
     ?open=ORDERS  one application's instances (listed, however many: MAX_OPEN at most)
     ?page=2       the applications' page
 
-One pass over the registry, giving the loop turns as it goes (100 000 instances: tens of ms).
+The instances are counted by application, status and zone once for each registry index
+(`Tallies`: a pass over 100 000 instances giving the loop turns, about 0.1 s), so a filter
+costs a look at the applications, and the instances are read only to be listed.
 """
 
 from __future__ import annotations
@@ -98,45 +100,69 @@ class View:
     zones: list[str]  # every zone an instance is in, for the zone filter
 
 
-async def view_of(registry: Registry, filters: Filters) -> View:
-    pacer = Pacer()
+class Tallies:
+    """Each application's instances counted by (status, zone), kept for one registry index:
+    typing in the filters asks for a view at every keystroke, and between changes these need
+    no pass over the registry again."""
+
+    def __init__(self) -> None:
+        self._index = -1
+        self._epoch = ""
+        self.by_app: dict[str, Counter[tuple[InstanceStatus, str | None]]] = {}
+
+    async def of(self, registry: Registry) -> dict[str, Counter[tuple[InstanceStatus, str | None]]]:
+        if (registry.index, registry.epoch) != (self._index, self._epoch):
+            pacer, by_app = Pacer(), {}
+            index, epoch = registry.index, registry.epoch
+            for name, leases in list(registry.applications()):
+                by_app[name] = Counter(
+                    (lease.instance.status, zone_of(lease.instance)) for lease in leases
+                )
+                await pacer.pace()
+            # What the loop's turns let change meanwhile is counted at the next look.
+            self.by_app, self._index, self._epoch = by_app, index, epoch
+        return self.by_app
+
+
+async def view_of(registry: Registry, filters: Filters, tallies: Tallies) -> View:
+    counted = await tallies.of(registry)
     apps: list[AppRow] = []
-    listed: list[Lease] = []
     zones: set[str] = set()
     matched = total = 0
-    limit = MAX_OPEN if filters.open else MAX_ROWS
-    for name, leases in list(registry.applications()):
-        named = filters.app in name and (filters.open is None or name == filters.open)
+    for name, counts in counted.items():
         row = AppRow(name)
         hits = 0
-        for lease in leases:
-            instance = lease.instance
-            zone = zone_of(instance)
-            row.total += 1
-            row.statuses[instance.status] += 1
+        named = filters.app in name and (filters.open is None or name == filters.open)
+        for (status, zone), n in counts.items():
+            row.total += n
+            row.statuses[status] += n
             if zone is not None:
-                row.zones[zone] += 1
+                row.zones[zone] += n
                 zones.add(zone)
-            if not named:
-                continue
-            if filters.status is not None and instance.status is not filters.status:
-                continue
-            if filters.zone is not None and zone != filters.zone:
-                continue
-            hits += 1
-            if len(listed) <= limit:
-                listed.append(lease)
+            if (
+                named
+                and (filters.status is None or status is filters.status)
+                and (filters.zone is None or zone == filters.zone)
+            ):
+                hits += n
         total += row.total
         if hits:
             apps.append(row)
             matched += hits
-        await pacer.pace()
     apps.sort(key=lambda row: row.name)
     pages = max(1, -(-len(apps) // APPS_PER_PAGE))
     start = (min(filters.page, pages) - 1) * APPS_PER_PAGE
     instances = None
-    if matched <= limit:
-        instances = sorted(listed, key=lambda x: (x.instance.app, x.instance.instance_id))
+    if matched <= (MAX_OPEN if filters.open else MAX_ROWS):
+        instances = sorted(
+            (
+                lease
+                for row in apps
+                for lease in registry.application(row.name)
+                if _matches(lease, filters)
+            ),
+            key=lambda x: (x.instance.app, x.instance.instance_id),
+        )
     return View(
         filters,
         apps[start : start + APPS_PER_PAGE],
@@ -147,3 +173,10 @@ async def view_of(registry: Registry, filters: Filters) -> View:
         total,
         sorted(zones),
     )
+
+
+def _matches(lease: Lease, filters: Filters) -> bool:
+    instance = lease.instance
+    if filters.status is not None and instance.status is not filters.status:
+        return False
+    return filters.zone is None or zone_of(instance) == filters.zone

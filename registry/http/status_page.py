@@ -31,6 +31,7 @@ from registry.appkeys import (
     PRESERVATION,
     REGISTRY,
     SETTINGS,
+    TALLIES,
 )
 from registry.common.tasks import Pacer
 from registry.core.model import InstanceStatus, Lease
@@ -112,7 +113,7 @@ def _trusted(request: web.Request) -> bool:
 async def _render(request: web.Request, admin: bool, base: str, filters: Filters) -> str:
     registry = request.app[REGISTRY]
     now_ms = request.app[CLOCK].wall_ms()
-    view = await view_of(registry, filters)
+    view = await view_of(registry, filters, request.app[TALLIES])
     fields = {
         "base": base,
         "index": registry.index,  # what the page shows, at least: the script watches from here
