@@ -1,13 +1,14 @@
 """What the status page shows for one request's filters (registry/http/status_page.py renders
 it): the applications that match, a page of them at a time, each with its instances counted
 by status and by zone; and the instances that match, listed when there are few enough to
-read (MAX_ROWS), else counted. Filters come as query parameters, so a view can be linked:
+read (MAX_ROWS), else counted; an opened application's, MAX_ROWS a page. Filters come as
+query parameters, so a view can be linked:
 
     ?app=ORD      applications whose name contains this (any case)
     ?status=DOWN  instances with this status (and the applications that have some)
     ?zone=eu-1a   instances in this zone (registry/core/zones.py)
-    ?open=ORDERS  one application's instances (listed, however many: MAX_OPEN at most)
-    ?page=2       the applications' page
+    ?open=ORDERS  one application's instances, listed however many match
+    ?page=2       the applications' page, or the opened application's instances' page
 
 The instances are counted by application, status and zone once for each registry index
 (`Tallies`: a pass over 100 000 instances giving the loop turns, about 0.1 s), so a filter
@@ -26,8 +27,7 @@ from registry.core.registry import Registry
 from registry.core.zones import zone_of
 from registry.errors import BadInput
 
-MAX_ROWS = 500  # instances listed without an application opened
-MAX_OPEN = 5_000  # instances listed for one opened application
+MAX_ROWS = 500  # instances listed at once
 APPS_PER_PAGE = 100
 MAX_FILTER = 256  # characters of a filter's text
 
@@ -94,7 +94,7 @@ class View:
     apps: list[AppRow]  # this page of the matching applications
     apps_matched: int
     pages: int
-    instances: list[Lease] | None  # None: more match than are listed
+    instances: list[Lease] | None  # this page of them; None: more match than are listed
     matched: int  # instances that match
     total: int  # instances registered
     zones: list[str]  # every zone an instance is in, for the zone filter
@@ -150,11 +150,9 @@ async def view_of(registry: Registry, filters: Filters, tallies: Tallies) -> Vie
             apps.append(row)
             matched += hits
     apps.sort(key=lambda row: row.name)
-    pages = max(1, -(-len(apps) // APPS_PER_PAGE))
-    start = (min(filters.page, pages) - 1) * APPS_PER_PAGE
     instances = None
-    if matched <= (MAX_OPEN if filters.open else MAX_ROWS):
-        instances = sorted(
+    if filters.open is not None or matched <= MAX_ROWS:
+        listed = sorted(
             (
                 lease
                 for row in apps
@@ -163,6 +161,22 @@ async def view_of(registry: Registry, filters: Filters, tallies: Tallies) -> Vie
             ),
             key=lambda x: (x.instance.app, x.instance.instance_id),
         )
+        if filters.open is not None:  # paged: the page number is the instances'
+            pages = max(1, -(-len(listed) // MAX_ROWS))
+            start = (min(filters.page, pages) - 1) * MAX_ROWS
+            return View(
+                filters,
+                apps,
+                len(apps),
+                pages,
+                listed[start : start + MAX_ROWS],
+                matched,
+                total,
+                sorted(zones),
+            )
+        instances = listed
+    pages = max(1, -(-len(apps) // APPS_PER_PAGE))
+    start = (min(filters.page, pages) - 1) * APPS_PER_PAGE
     return View(
         filters,
         apps[start : start + APPS_PER_PAGE],

@@ -152,8 +152,8 @@ async def _view(request: web.Request, view: View, admin: bool, now_ms: int) -> s
         after = f' <a href="{escape(f.query(page=page + 1))}">next</a>' if page < view.pages else ""
         pager = f'<p class="pager">{before}page {page} of {view.pages}{after}</p>'
     opened = ""
-    if f.open is not None:
-        opened = f' of {escape(f.open)} (<a href="{escape(f.query(open=None))}">all</a>)'
+    if f.open is not None:  # the page number is the opened application's instances'
+        opened = f' of {escape(f.open)} (<a href="{escape(f.query(open=None, page=1))}">all</a>)'
     if view.instances is None:
         shown = f"{view.matched} of {view.total} instances match"
         instances = (
@@ -163,11 +163,12 @@ async def _view(request: web.Request, view: View, admin: bool, now_ms: int) -> s
     else:
         shown = f"{view.matched} of {view.total} shown"
         instances = await _instances_table(request, view.instances, admin, now_ms)
+    apps_pager, instances_pager = ("", pager) if f.open is not None else (pager, "")
     return (
         f'<p id="shown" class="sub">{shown}</p>'
         f'<table id="apps"><thead><tr><th>Application</th><th>Instances</th><th>By status</th>'
-        f"<th>By zone</th></tr></thead><tbody>{apps}</tbody></table>{pager}"
-        f"<h3>Instances{opened}</h3>{instances}"
+        f"<th>By zone</th></tr></thead><tbody>{apps}</tbody></table>{apps_pager}"
+        f"<h3>Instances{opened}</h3>{instances}{instances_pager}"
     )
 
 
@@ -188,7 +189,7 @@ async def _instances_table(
 ) -> str:
     notes = request.app[REGISTRY].overrides.notes
     checker = request.app[CHECKER]
-    # Up to MAX_OPEN rows (5 000: about 20 ms): let heartbeats in meanwhile.
+    # Up to MAX_ROWS rows (500: about 2 ms): let heartbeats in meanwhile.
     rows, pacer = [], Pacer()
     for lease in leases:
         # Why, who and until when are the admin plane's to read (as `overrides` is).

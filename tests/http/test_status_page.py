@@ -93,6 +93,10 @@ class TestPage:
         assert "page 1 of 3" in html and 'href="?page=2"' in html
         assert ["i-2"] == ids_listed(await page_of_query(client, "?open=APP2"))
         assert "page 3 of 3" in await page_of_query(client, "?page=3")
+        for n in range(7):  # an opened application's instances, a page of 3 at a time
+            await register(client, "BIG", f"b-{n}")
+        assert ["b-3", "b-4", "b-5"] == ids_listed(await page_of_query(client, "?open=BIG&page=2"))
+        assert "page 3 of 3" in await page_of_query(client, "?open=BIG&page=3")
 
     @pytest.mark.parametrize("query", ["?status=BOGUS", "?page=0", "?app=" + "a" * 300])
     async def test_a_filter_that_makes_no_sense_is_a_400(self, client, query):
