@@ -25,6 +25,7 @@ from registry.appkeys import (
     CREDENTIALS,
     DIGESTS,
     FEED,
+    HASHCODES,
     JOURNAL,
     LIFECYCLE,
     LIMITER,
@@ -151,6 +152,7 @@ def create_app(
     app[CONNECTIONS] = Connections(per_address=settings.max_connections_per_address)
     app[PAGES] = Recent(max_age=PAGE_MAX_AGE)
     app[TALLIES] = Tallies()
+    app[HASHCODES] = {}
     app[MEMORY] = MemoryGuard(0)  # its watermark is found as the app starts (_memory)
     app[QUOTAS] = quotas
     app[LIMITER] = (

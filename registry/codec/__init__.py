@@ -35,6 +35,11 @@ class Format(Enum):
         return _CONTENT_TYPES[self]
 
     @property
+    def compact(self) -> bool:
+        """A compact form: its items carry no lease numbers, so age never makes them stale."""
+        return self is Format.JSON_COMPACT or self is Format.XML_COMPACT
+
+    @property
     def is_json(self) -> bool:
         return self is Format.JSON or self is Format.JSON_COMPACT
 

@@ -76,7 +76,9 @@ async def update_metadata(request: web.Request) -> web.Response:
             wire.check_text(value, f"metadata.{key}")
             entries[key] = value
     weight = entries.get(WEIGHT_KEY)
-    if weight is not None and not (weight.isdigit() and 0 < int(weight) <= wire.JAVA_INT_MAX):
+    if weight is not None and not (
+        weight.isascii() and weight.isdigit() and 0 < int(weight) <= wire.JAVA_INT_MAX
+    ):
         # Spring Cloud LoadBalancer would ignore it and weigh the instance 1: say so now.
         raise BadInput(f"metadata.{WEIGHT_KEY}", f"{weight!r} is not a whole number above 0")
     registry, app, iid = request.app[REGISTRY], params.app_name(request), request.match_info["id"]

@@ -44,6 +44,8 @@ from registry.core.subscriber import Subscriber
 from registry.core.zones import zone_of
 
 _APP_AND_STATUS = attrgetter("instance.app", "instance.status")
+MAX_ZONES = 64  # zones with a series of their own
+OTHER_ZONES = "(other zones)"
 
 
 class InstanceCounts(Subscriber):
@@ -59,7 +61,10 @@ class InstanceCounts(Subscriber):
         if previous is not None:
             self.counts[(previous.app, previous.status.value)] -= 1
             if zones is not None:
-                zones[zone_of(previous) or ""] -= 1
+                zone = zone_of(previous) or ""
+                zones[zone] -= 1
+                if not zones[zone]:
+                    del zones[zone]
         if event.action is not ActionType.DELETED:
             self.counts[(instance.app, instance.status.value)] += 1
             if zones is not None:
@@ -100,9 +105,15 @@ class RegistryCollector(Collector):
             "Registered instances by zone (metadata zone, or Amazon's availability-zone)",
             labels=["zone"],
         )
-        for zone, count in sorted(self._counts.zones(registry).items()):
-            if count:
-                zones.add_metric([zone], count)
+        # Zones come from clients' metadata: the largest MAX_ZONES, the rest summed, so that a
+        # client making names up cannot grow the scrape without bound.
+        counted = sorted(
+            ((n, zone) for zone, n in self._counts.zones(registry).items() if n), reverse=True
+        )
+        for count, zone in sorted(counted[:MAX_ZONES], key=lambda c: c[1]):
+            zones.add_metric([zone], count)
+        if len(counted) > MAX_ZONES:
+            zones.add_metric([OTHER_ZONES], sum(n for n, _ in counted[MAX_ZONES:]))
         yield zones
         yield _counter("registry_registrations", "Registrations", registry.registrations)
         yield _counter("registry_cancels", "Cancels", registry.cancels)

@@ -69,7 +69,7 @@ def filters_from(query: str) -> Filters:
         except ValueError:
             raise BadInput("status", f"{values['status']!r} is not a status") from None
     page = values.get("page") or "1"
-    if not page.isdigit() or int(page) < 1:
+    if not (page.isascii() and page.isdigit()) or int(page) < 1:
         raise BadInput("page", f"{page!r} is not a page number")
     return Filters(
         app=values.get("app", "").strip().upper(),

@@ -131,7 +131,10 @@ async def _render(request: web.Request, admin: bool, base: str, filters: Filters
 
 
 def _options(values: Sequence[str], chosen: object) -> str:
+    """`<option>`s, the chosen one selected (and listed, even when no instance has it)."""
     chosen = getattr(chosen, "value", chosen)
+    if isinstance(chosen, str) and chosen not in values:
+        values = [*values, chosen]
     return "".join(
         f'<option value="{escape(v)}"{" selected" if v == chosen else ""}>{escape(v)}</option>'
         for v in values

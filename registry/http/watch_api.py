@@ -33,6 +33,7 @@ from registry.appkeys import (
     CATALOG,
     CLOCK,
     FEED,
+    HASHCODES,
     JOURNAL,
     LIFECYCLE,
     LIMITER,
@@ -51,6 +52,7 @@ from registry.reads.interest import Interest
 from registry.reads.journal import Entry
 
 RETRY_MS = 2000  # how long a disconnected EventSource waits before reconnecting
+MAX_HASHCODES = 256  # interests' hashcodes kept (those of the current index, in practice)
 
 
 async def watch(request: web.Request) -> web.StreamResponse:
@@ -153,16 +155,17 @@ async def _send_of(
     events: list[Entry],
     position: int,
 ) -> None:
-    """The events `interest` watches, without the registry's hashcode; the last one, when it
+    """The events `interest` wants, without the registry's hashcode; the last one, when it
     leaves the stream caught up, with the hashcode of what it watches as it now is
-    (registry/reads/interest.py)."""
+    (registry/reads/interest.py). A batch that ends past the last event sent moves the
+    stream's id on all the same (an `id` line, no event), so that a stream that matched
+    nothing for a while resumes from now, not from a change forgotten since."""
     registry, feed = request.app[REGISTRY], request.app[FEED]
-    chosen = [event for event in events if interest.matches(event.lease.instance)]
-    if not chosen:
-        return
-    last, hashcode = chosen[-1], None
-    if position == registry.index:
-        hashcode = interest.hashcode(registry, request.app[CATALOG])
+    chosen = [event for event in events if interest.wants(event)]
+    hashcode = None
+    if chosen and position == registry.index:
+        hashcode = _hashcode(request, interest)
+    last = chosen[-1] if chosen else None
 
     def encoded(event: Entry) -> bytes:
         if event is last and hashcode is not None:
@@ -170,6 +173,21 @@ async def _send_of(
         return feed.encoded_bare(event)
 
     await _send(response, chosen, encoded)
+    if last is None or last.index != position:
+        await response.write(f"id: {feed.event_id(position)}\n\n".encode())
+
+
+def _hashcode(request: web.Request, interest: Interest) -> str:
+    """The interest's hashcode as the registry is now: worked out once for every stream with
+    the same interest at this index."""
+    registry, kept = request.app[REGISTRY], request.app[HASHCODES]
+    key = (interest, registry.index, registry.epoch)
+    found = kept.get(key)
+    if found is None:
+        if len(kept) >= MAX_HASHCODES:
+            kept.clear()
+        found = kept[key] = interest.hashcode(registry, request.app[CATALOG])
+    return str(found)
 
 
 async def _idle(response: web.StreamResponse, feed: ChangeFeed, position: int) -> None:

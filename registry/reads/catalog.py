@@ -229,11 +229,15 @@ class Catalog(Subscriber):
         aged = sorted(
             (encoded.built_at, n, fmt, app)
             for n, (fmt, by_app) in enumerate(self._encoded.items())
+            if not fmt.compact  # no lease numbers: never stale by age
             for app, encoded in by_app.items()
             if encoded.block is not None and encoded.built_at < horizon
         )
         blocks = sum(
-            e.block is not None for by_app in self._encoded.values() for e in by_app.values()
+            e.block is not None
+            for fmt, by_app in self._encoded.items()
+            if not fmt.compact
+            for e in by_app.values()
         )
         share = math.ceil(blocks * every / half)
         count = 0

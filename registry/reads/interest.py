@@ -2,7 +2,8 @@
 those applications, or that name one of those VIP addresses (plain or secure), and nothing
 else. Its hashcode is Eureka's reconcile hash over those instances as they are now, what a
 client that keeps only them computes over its copy (the same as `apps/{app}` for one
-application, or `vips/{vip}` for one VIP address).
+application, or `vips/{vip}` for one VIP address). An instance that leaves a watched VIP
+address is sent too (its event shows it without it), so a copy can drop it.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from registry.common.hashcode import reconcile_hash
 from registry.core.model import InstanceInfo
 from registry.core.registry import Registry
 from registry.reads.catalog import Catalog
+from registry.reads.journal import Entry
 
 MAX_NAMES = 100  # applications and VIP addresses one stream may name
 
@@ -25,13 +27,20 @@ class Interest:
     def matches(self, instance: InstanceInfo) -> bool:
         if instance.app in self.apps:
             return True
+        return self._names_a_vip((instance.vip_address, instance.secure_vip_address))
+
+    def wants(self, entry: Entry) -> bool:
+        """Whether a stream with this interest is sent the change: of an instance it
+        watches, or of one that has just left a VIP address it watches."""
+        if self.matches(entry.lease.instance):
+            return True
+        return entry.left_vips is not None and self._names_a_vip(entry.left_vips)
+
+    def _names_a_vip(self, addresses: tuple[str | None, str | None]) -> bool:
         if not self.vips:
             return False
         return any(
-            vip in self.vips
-            for address in (instance.vip_address, instance.secure_vip_address)
-            if address
-            for vip in address.split(",")
+            vip in self.vips for address in addresses if address for vip in address.split(",")
         )
 
     def hashcode(self, registry: Registry, catalog: Catalog) -> str:

@@ -32,11 +32,24 @@ class Entry:
     same instance, and (kept up to date on the latest entry of an instance only) the index of
     the instance's first change in the window, which orders the delta."""
 
-    __slots__ = ("_compact", "_json", "_xml", "at_ms", "first", "index", "lease", "next_index")
+    __slots__ = (
+        "_compact",
+        "_json",
+        "_xml",
+        "at_ms",
+        "first",
+        "index",
+        "lease",
+        "left_vips",
+        "next_index",
+    )
 
     def __init__(self, event: ChangeEvent) -> None:
         self.lease = event.lease
         self.index = event.index
+        # The VIP addresses the instance had before, when the change took it off some: a
+        # stream watching one of them must hear of it (registry/reads/interest.py).
+        self.left_vips: tuple[str | None, str | None] | None = _left_vips(event)
         self.at_ms = event.at_ms
         self.first = event.index
         self.next_index = 0  # 0: none yet
@@ -67,6 +80,16 @@ class Entry:
         if item is None:
             item = self._compact[fmt] = shape(fmt).instance_item(self.lease)
         return item
+
+
+def _left_vips(event: ChangeEvent) -> tuple[str | None, str | None] | None:
+    before, after = event.previous, event.lease.instance
+    if before is None or (
+        before.vip_address == after.vip_address
+        and before.secure_vip_address == after.secure_vip_address
+    ):
+        return None
+    return before.vip_address, before.secure_vip_address
 
 
 _by_first = attrgetter("first")

@@ -98,7 +98,9 @@ class TestPage:
         assert ["b-3", "b-4", "b-5"] == ids_listed(await page_of_query(client, "?open=BIG&page=2"))
         assert "page 3 of 3" in await page_of_query(client, "?open=BIG&page=3")
 
-    @pytest.mark.parametrize("query", ["?status=BOGUS", "?page=0", "?app=" + "a" * 300])
+    @pytest.mark.parametrize(
+        "query", ["?status=BOGUS", "?page=0", "?page=%C2%B2", "?app=" + "a" * 300]
+    )
     async def test_a_filter_that_makes_no_sense_is_a_400(self, client, query):
         response = await client.get("/" + query)
         assert 400 == response.status

@@ -4,6 +4,8 @@ that leaves it caught up with the hashcode of what it watches."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from aiohttp import ClientResponse
 from aiohttp.test_utils import TestClient
@@ -18,13 +20,20 @@ async def watching(client: TestClient, query: str, **headers: str) -> ClientResp
     return stream
 
 
+async def next_change(stream: ClientResponse) -> dict[str, Any]:
+    """The next event, past the `id` lines that move a stream on over changes it skips."""
+    while "event" not in (frame := await next_event(stream)):
+        pass
+    return frame
+
+
 async def test_only_the_watched_applications_changes_come(client: TestClient):
     stream = await watching(client, "apps=orders,payments")
     await register(client, "BILLING", "b-1")
     await register(client, "ORDERS", "o-1")
     await register(client, "BILLING", "b-2")
     await register(client, "PAYMENTS", "p-1", status="DOWN")
-    first, second = await next_event(stream), await next_event(stream)
+    first, second = await next_change(stream), await next_change(stream)
     assert [("ORDERS", "o-1"), ("PAYMENTS", "p-1")] == [
         (e["data"]["app"], e["data"]["instanceId"]) for e in (first, second)
     ]
@@ -39,7 +48,7 @@ async def test_a_vip_address_is_watched_plain_or_secure(client: TestClient):
     await register(client, "BILLING", "b-1")
     await register(client, "ORDERS", "o-1", vipAddress="orders,checkout")
     await register(client, "CARTS", "c-1", secureVipAddress="checkout")
-    events = [await next_event(stream), await next_event(stream)]
+    events = [await next_change(stream), await next_change(stream)]
     assert [("ORDERS", "UP_1_"), ("CARTS", "UP_2_")] == [
         (e["data"]["app"], e["data"]["hashcode"]) for e in events
     ]
@@ -50,13 +59,13 @@ async def test_a_resumed_stream_replays_only_what_it_watches(client: TestClient)
     await register(client, "BILLING", "b-1")
     first = await watching(client, "apps=ORDERS")
     await register(client, "ORDERS", "o-1")
-    seen = await next_event(first)
+    seen = await next_change(first)
     first.close()
     await register(client, "BILLING", "b-2")
     await register(client, "ORDERS", "o-2")
     await register(client, "ORDERS", "o-3")
     resumed = await watching(client, "apps=ORDERS", **{"Last-Event-ID": seen["id"]})
-    replayed = [await next_event(resumed), await next_event(resumed)]
+    replayed = [await next_change(resumed), await next_change(resumed)]
     assert ["o-2", "o-3"] == [e["data"]["instanceId"] for e in replayed]
     # Only the one that caught the stream up says a hashcode.
     assert [False, True] == ["hashcode" in e["data"] for e in replayed]
@@ -71,3 +80,27 @@ async def test_a_list_that_names_nothing_or_too_much_is_refused(client: TestClie
     response = await client.get(f"/eureka/watch?{query}")
     assert 400 == response.status
     assert (await response.json())["field"] in ("apps", "vips")
+
+
+async def test_a_stream_that_skips_changes_moves_its_id_on(client: TestClient):
+    """Else, quiet for longer than the journal keeps changes, it could only resume from a
+    forgotten one, and be reset."""
+    stream = await watching(client, "apps=ORDERS")
+    await register(client, "BILLING", "b-1")
+    frame = await next_event(stream)
+    assert ("event" not in frame, frame["id"].split("@")[0]) == (True, "1")
+    stream.close()
+
+
+async def test_an_instance_that_leaves_a_watched_vip_is_sent(client: TestClient):
+    stream = await watching(client, "vips=checkout")
+    await register(client, "ORDERS", "o-1", vipAddress="checkout")
+    assert "checkout" == (await next_change(stream))["data"]["instance"]["vipAddress"]
+    await register(client, "ORDERS", "o-1", vipAddress="orders", lastDirtyTimestamp="1735689000500")
+    left = await next_change(stream)
+    assert ("o-1", "orders", "") == (
+        left["data"]["instanceId"],
+        left["data"]["instance"]["vipAddress"],
+        left["data"]["hashcode"],
+    )
+    stream.close()

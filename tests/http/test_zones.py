@@ -11,6 +11,7 @@ from aiohttp.test_utils import TestClient
 
 from registry.appkeys import CACHE
 from registry.core.registry import Registry
+from registry.http import metrics_api
 from registry.http.metrics_api import InstanceCounts
 from tests.factories import T0, make
 from tests.helpers import JSON, fetch_json, register
@@ -115,9 +116,23 @@ def test_a_bulk_load_is_counted_by_zone_at_the_first_read_and_kept_from_then_on(
     assert {"z1": 2, "": 1} == counts.zones(registry)
 
 
-@pytest.mark.parametrize("weight", ["0", "-3", "1.5", "heavy", "99999999999"])
+@pytest.mark.parametrize("weight", ["0", "-3", "1.5", "heavy", "99999999999", "%C2%B2"])
 async def test_a_weight_spring_would_ignore_is_refused(zoned: TestClient, weight: str):
     """Spring Cloud LoadBalancer reads `weight` as a whole number above 0, else weighs 1."""
     response = await zoned.put(f"/eureka/apps/ORDERS/a-1/metadata?weight={weight}")
     assert (400, "metadata.weight") == (response.status, (await response.json())["field"])
     assert 200 == (await zoned.put("/eureka/apps/ORDERS/a-1/metadata?weight=5")).status
+
+
+async def test_zones_past_the_largest_are_summed_in_metrics(
+    client: TestClient, monkeypatch: pytest.MonkeyPatch
+):
+    """Zones come from clients: made-up ones cannot grow the scrape without bound."""
+    monkeypatch.setattr(metrics_api, "MAX_ZONES", 2)
+    for n, zone in enumerate(["a", "a", "a", "b", "b", "c"]):
+        await register(client, "ORDERS", f"i-{n}", metadata={"zone": zone})
+    text = await (await client.get("/metrics")).text()
+    rows = [line for line in text.splitlines() if line.startswith("registry_instances_by_zone{")]
+    assert {"a": 3.0, "b": 2.0, "(other zones)": 1.0} == {
+        row.split('"')[1]: float(row.split()[-1]) for row in rows
+    }

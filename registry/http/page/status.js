@@ -2,12 +2,12 @@
 //
 // The server renders the page (registry/http/status_page.py) for the filters in its query
 // (registry/http/page_view.py), so a view can be linked. This script asks the server again as
-// the filters change, swapping in what it renders and putting the filters in the address; it
-// follows the watch stream of the applications whose instances are listed (only those: a
-// fleet's other changes never reach the page), patches a row's status the moment a change
-// comes, and re-fetches the page shortly after to refresh what events do not carry (new rows,
-// override reasons, lease times, counts, the node's health). When the filters match too many
-// instances to list, nothing is watched and the counts are refreshed every few seconds.
+// the filters change, swapping in what it renders and putting the filters in the address.
+// While instances are listed it follows the watch stream (an opened application's alone),
+// patches a row's status the moment a change comes, and re-fetches the page shortly after to
+// refresh what events do not carry (new rows, override reasons, lease times, counts, the
+// node's health). When the filters match too many instances to list, nothing is watched: a
+// fleet's changes never reach the page, and the counts are refreshed every few seconds.
 "use strict";
 
 const appFilter = document.getElementById("filter-app");
@@ -51,9 +51,10 @@ function query() {
   return text === "" ? location.pathname : `?${text}`;
 }
 
-// Fetch the page for `target` and swap in its parts; the newest request wins.
+// Fetch the page for `target` and swap in its parts; the newest request wins. `filtering`:
+// asked for by the filters, and counted as one filtering applied once it is.
 let asked = 0;
-async function load(target) {
+async function load(target, filtering = false) {
   const mine = ++asked;
   try {
     const response = await fetch(target, { cache: "no-store" });
@@ -67,15 +68,19 @@ async function load(target) {
     for (const id of ["summary", "view", "recent"]) {
       document.getElementById(id).replaceWith(fresh.getElementById(id));
     }
+    const zone = zoneFilter.value; // the zones instances are in now, the chosen one kept
+    zoneFilter.replaceChildren(...fresh.getElementById("filter-zone").children);
+    zoneFilter.value = zone;
     document.body.dataset.index = fresh.body.dataset.index;
     document.body.dataset.epoch = fresh.body.dataset.epoch;
     say("");
     watch();
+    if (filtering) { // filterings applied so far: what tests/bench/page.py waits for
+      document.body.dataset.filtered = Number(document.body.dataset.filtered || 0) + 1;
+    }
   } catch (error) {
     say(`Could not refresh the page: ${error.message}`);
   }
-  // Filterings applied so far: what the page benchmark waits for (tests/bench/page.py).
-  document.body.dataset.filtered = Number(document.body.dataset.filtered || 0) + 1;
 }
 
 let typing = null;
@@ -84,7 +89,7 @@ function filtersChanged() {
   typing = setTimeout(() => {
     const target = query();
     history.replaceState(null, "", target);
-    load(target);
+    load(target, true);
   }, 30); // a word typed fast is one request
 }
 
@@ -113,6 +118,9 @@ function patch(row, instance) {
 
 function onChange(event) {
   const change = JSON.parse(event.data);
+  if (change.index <= Number(document.body.dataset.index)) {
+    return; // in flight as a fresher page came: that page shows it already
+  }
   const row = rows().find(
     (r) => r.dataset.app === change.app && r.dataset.id === change.instanceId);
   if (change.action === "DELETED") {
@@ -129,19 +137,14 @@ function setLive(state, text) {
   live.textContent = text;
 }
 
-// The applications listed, as the watch stream's interest: "" for none listed, null for
-// every application (a view of no filter at all, where a new application must show).
+// What the watch stream follows: "" nothing (no instance listed: the counts are polled),
+// an opened application's name, or null for every application (a change anywhere may add a
+// row the filters match).
 function watched() {
-  const filtered = location.search.length > 1;
   if (!document.getElementById("instances")) {
     return "";
   }
-  if (!filtered) {
-    return null;
-  }
-  const apps = Array.from(document.querySelectorAll("#apps tr[data-app-row]"),
-    (r) => r.dataset.appRow);
-  return apps.length > 100 ? null : apps.join(",");
+  return new URLSearchParams(location.search).get("open") ?? null;
 }
 
 // Changes from the index the page was rendered at, so none falls between render and connect.
