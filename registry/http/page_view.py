@@ -123,6 +123,15 @@ class Tallies:
             self.by_app, self._index, self._epoch = by_app, index, epoch
         return self.by_app
 
+    def zones(self) -> Counter[str]:
+        """Instances by zone, as last counted (instances in none left out)."""
+        zones: Counter[str] = Counter()
+        for counts in self.by_app.values():
+            for (_, zone), n in counts.items():
+                if zone is not None:
+                    zones[zone] += n
+        return zones
+
 
 async def view_of(registry: Registry, filters: Filters, tallies: Tallies) -> View:
     counted = await tallies.of(registry)

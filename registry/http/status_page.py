@@ -14,6 +14,7 @@ from __future__ import annotations
 import ipaddress
 import re
 import string
+from collections import Counter
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from html import escape
@@ -67,6 +68,7 @@ _HEALTH = {  # a peer's `reachable`: None until the first call to it ends
 # core, and heartbeats waited. Lease times and peers' health on it are this much old at most.
 PAGE_MAX_AGE = 2.0
 RECENT = 20  # overrides and changes listed under the instances
+ZONES_SHOWN = 8  # zones named on the summary's card, the largest first
 
 
 async def page(request: web.Request) -> web.Response:
@@ -113,14 +115,15 @@ def _trusted(request: web.Request) -> bool:
 async def _render(request: web.Request, admin: bool, base: str, filters: Filters) -> str:
     registry = request.app[REGISTRY]
     now_ms = request.app[CLOCK].wall_ms()
-    view = await view_of(registry, filters, request.app[TALLIES])
+    tallies = request.app[TALLIES]
+    view = await view_of(registry, filters, tallies)
     fields = {
         "base": base,
         "index": registry.index,  # what the page shows, at least: the script watches from here
         "epoch": escape(registry.epoch),
         "watch": "true" if request.app[SETTINGS].watch else "false",
         "viewer": _viewer(request),
-        "summary": _summary(request.app, now_ms),
+        "summary": _summary(request.app, now_ms, tallies.zones()),
         "app_value": escape(filters.app.lower()),
         "status_options": _options([s.value for s in InstanceStatus], filters.status),
         "zone_options": _options(view.zones, filters.zone),
@@ -329,7 +332,7 @@ def _time(ms: int) -> str:
         return f"{ms} ms after 1970"
 
 
-def _summary(app: web.Application, now_ms: int) -> str:
+def _summary(app: web.Application, now_ms: int, zones: Counter[str]) -> str:
     """The node's health, as cards: registry, reads, self-preservation, store; then the peers."""
     registry, lifecycle = app[REGISTRY], app[LIFECYCLE]
     health = server_info.node_health(app)
@@ -350,6 +353,11 @@ def _summary(app: web.Application, now_ms: int) -> str:
         _preservation(health["selfPreservation"], app[PRESERVATION].history),
         _store(health["store"]),
     ]
+    if zones:
+        largest = zones.most_common(ZONES_SHOWN)
+        shown = " · ".join(f"{escape(zone)} {n}" for zone, n in largest)
+        more = f" · {len(zones) - ZONES_SHOWN} more" if len(zones) > ZONES_SHOWN else ""
+        cards.append(_card("Zones", "ok", _count(len(zones), "zone"), shown + more))
     checker = app[CHECKER]
     if checker is not None and (checker.checked or checker.unchecked):
         held = len(registry.checks)

@@ -77,6 +77,7 @@ class TestPage:
         assert '<a href="?open=ORDERS">ORDERS</a>' in orders
         opened = await page_of_query(client, "?open=ORDERS")
         assert 'data-id="o-1"' in opened and 'data-id="p-1"' not in opened
+        assert "2 zones" in html and "eu-1a 1 · eu-1b 1" in html.split('id="summary"')[1]
         zoned = await page_of_query(client, "?zone=eu-1b")
         assert ["o-2"] == ids_listed(zoned)
         assert "1 of 3 shown" in zoned
