@@ -42,6 +42,7 @@ from registry.appkeys import (
     STARTED_AT,
     TALLIES,
     WRITER,
+    ZONED,
 )
 from registry.checks.checker import Checker
 from registry.codec import Format
@@ -68,6 +69,7 @@ from registry.reads.cache import Recent, ResponseCache
 from registry.reads.catalog import Catalog
 from registry.reads.feed import KEEPALIVE, ChangeFeed
 from registry.reads.journal import DeltaJournal
+from registry.reads.zoned import ZonedBlocks
 from registry.settings import Settings
 from registry.store.lock import lock_data_dir
 from registry.store.restore import restore, restore_missing
@@ -115,6 +117,7 @@ def create_app(
         window=settings.renewal_window,
     )
     catalog = Catalog(registry, max_age=settings.response_cache_max_age)
+    zoned = ZonedBlocks(registry, catalog, max_age=settings.response_cache_max_age)
     feed = ChangeFeed(registry, clock, journal)
     counts = InstanceCounts()
     cluster = Cluster(registry, clock, settings)
@@ -130,7 +133,19 @@ def create_app(
         else None
     )
     # Who the registry tells, in this order (the store writer joins as the app starts: _store).
-    parts = (journal, catalog, cache, preservation, feed, counts, digests, quotas, checker, cluster)
+    parts = (
+        journal,
+        catalog,
+        zoned,
+        cache,
+        preservation,
+        feed,
+        counts,
+        digests,
+        quotas,
+        checker,
+        cluster,
+    )
     for part in parts:
         if part is not None:
             registry.subscribe(part)
@@ -152,6 +167,7 @@ def create_app(
     app[CONNECTIONS] = Connections(per_address=settings.max_connections_per_address)
     app[PAGES] = Recent(max_age=PAGE_MAX_AGE)
     app[TALLIES] = Tallies()
+    app[ZONED] = zoned
     app[HASHCODES] = {}
     app[MEMORY] = MemoryGuard(0)  # its watermark is found as the app starts (_memory)
     app[QUOTAS] = quotas

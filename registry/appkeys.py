@@ -24,6 +24,7 @@ from registry.reads.cache import Recent, ResponseCache
 from registry.reads.catalog import Catalog
 from registry.reads.feed import ChangeFeed
 from registry.reads.journal import DeltaJournal
+from registry.reads.zoned import ZonedBlocks
 from registry.settings import Settings
 from registry.store.writer import StoreWriter
 
@@ -31,6 +32,7 @@ REGISTRY = web.AppKey("registry", Registry)
 JOURNAL = web.AppKey("journal", DeltaJournal)
 CACHE = web.AppKey("cache", ResponseCache)
 CATALOG = web.AppKey("catalog", Catalog)  # every application's instances, encoded
+ZONED = web.AppKey("zoned", ZonedBlocks)  # zone-filtered documents' blocks
 CLOCK = web.AppKey("clock", Clock)
 SETTINGS = web.AppKey("settings", Settings)
 # What requests are checked against; None when no credentials are configured (no guards).

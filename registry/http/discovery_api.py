@@ -7,7 +7,17 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from registry.appkeys import CACHE, CATALOG, CLOCK, FEED, JOURNAL, LIFECYCLE, REGISTRY, SETTINGS
+from registry.appkeys import (
+    CACHE,
+    CATALOG,
+    CLOCK,
+    FEED,
+    JOURNAL,
+    LIFECYCLE,
+    REGISTRY,
+    SETTINGS,
+    ZONED,
+)
 from registry.codec import encode_instance
 from registry.codec.wire import SINCE_HEADER
 from registry.common.tasks import Pacer
@@ -42,7 +52,9 @@ async def full_registry(request: web.Request) -> web.Response:
             request,
             (cache.APPS, zone),
             fmt,
-            lambda: payloads.zoned_registry(registry, catalog, fmt, zone),
+            lambda: payloads.zoned_registry(
+                registry, request.app[ZONED], fmt, zone, now=clock.monotonic()
+            ),
             prepare=lambda: catalog.prepare(fmt, now=clock.monotonic(), pacer=Pacer()),
             otherwise=lambda: payloads.no_vip(registry, fmt, payloads.FULL_FETCH_VERSION),
         )

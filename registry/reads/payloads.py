@@ -10,10 +10,11 @@ what these return.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Iterable
 
 from registry.codec import Format, shape
-from registry.common.hashcode import reconcile_hash
+from registry.common.hashcode import hash_of_counts, reconcile_hash
 from registry.common.tasks import Pacer
 from registry.core.model import InstanceInfo, InstanceStatus
 from registry.core.registry import Registry
@@ -21,6 +22,7 @@ from registry.core.zones import zone_of
 from registry.reads.catalog import Catalog
 from registry.reads.encoded import Block, Document, application_block
 from registry.reads.journal import DeltaJournal, Entry
+from registry.reads.zoned import ZonedBlocks
 
 # A full fetch always says "1": clients treat "-1" as "never fetch deltas" (contract 9.3).
 FULL_FETCH_VERSION = "1"
@@ -110,11 +112,25 @@ def vip(
     return _chosen(registry, catalog, fmt, names, wanted, VIP_VERSION)
 
 
-def zoned_registry(registry: Registry, catalog: Catalog, fmt: Format, zone: str) -> Document | None:
+def zoned_registry(
+    registry: Registry, zoned: ZonedBlocks, fmt: Format, zone: str, *, now: float
+) -> Document | None:
     """`full_registry` of the instances in `zone` alone (core/zones.py), hashed over its own
-    content; None when no instance is in it (a zone a client made up is never kept)."""
-    names = [name for name, _ in registry.applications()]
-    return _chosen(registry, catalog, fmt, names, lambda i: zone_of(i) == zone, FULL_FETCH_VERSION)
+    content, from blocks kept per application (reads/zoned.py); None when no instance is in
+    it (a zone a client made up is never kept)."""
+    if not zoned.has(zone):
+        return None
+    blocks: list[Block] = []
+    counts: Counter[InstanceStatus] = Counter()
+    for name, _ in registry.applications():
+        made = zoned.block(name, zone, fmt, now=now)
+        if made is not None:
+            blocks.append(made[0])
+            counts.update(made[1])
+    if not blocks:
+        return None
+    head = shape(fmt).applications_head(version=FULL_FETCH_VERSION, hashcode=hash_of_counts(counts))
+    return _document(registry, fmt, head, blocks)
 
 
 def zoned_application(
