@@ -12,7 +12,7 @@ make it stale).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -61,22 +61,51 @@ def instance_dict(i: InstanceInfo) -> dict[str, Any]:
     return d
 
 
-class _Compact:
-    """A full form's document pieces around compact items, which have no lease part."""
+def _json_parts(i: InstanceInfo) -> tuple[bytes, bytes]:
+    item = orjson.dumps(instance_dict(i))
+    # Sliced: a buffer of its own size (see json_codec.instance_parts).
+    return item[:-1], b"}"
 
-    def __init__(self, full: Shape) -> None:
+
+def _xml_parts(i: InstanceInfo) -> tuple[bytes, bytes]:
+    out = ["<instance>"]
+    leaf = xml_codec.leaf
+    leaf(out, "instanceId", i.instance_id)
+    leaf(out, "hostName", i.host_name)
+    leaf(out, "app", i.app)
+    leaf(out, "ipAddr", i.ip_addr)
+    out.append(f"<status>{i.status.value}</status>")
+    xml_codec.ports(out, i)
+    dc = i.data_center_info
+    xml_codec.data_center(out, dc.class_name, dc.name, _amazon(dc.metadata))
+    if i.vip_address is not None:
+        leaf(out, "vipAddress", i.vip_address)
+    if i.secure_vip_address is not None:
+        leaf(out, "secureVipAddress", i.secure_vip_address)
+    out.append(f"<lastUpdatedTimestamp>{i.last_updated_ms}</lastUpdatedTimestamp>")
+    if i.action_type is not None:
+        out.append(f"<actionType>{i.action_type.value}</actionType>")
+    if i.asg_name is not None:
+        leaf(out, "asgName", i.asg_name)
+    out.append("</instance>")
+    return "".join(out).encode(), b""
+
+
+class _Compact:
+    """A full form's document pieces around compact items (made by `parts`), which have no
+    lease part."""
+
+    def __init__(self, full: Shape, parts: Callable[[InstanceInfo], tuple[bytes, bytes]]) -> None:
         self.SEPARATOR = full.SEPARATOR
         self.APPLICATIONS_TAIL = full.APPLICATIONS_TAIL
         self.APPLICATION_HEAD = full.APPLICATION_HEAD
         self.APPLICATION_TAIL = full.APPLICATION_TAIL
+        self.instance_parts = parts
         self._full = full
 
     def instance_item(self, lease: LeaseRecord) -> bytes:
         head, tail = self.instance_parts(lease.instance)
         return head + tail
-
-    def instance_parts(self, i: InstanceInfo) -> tuple[bytes, bytes]:
-        raise NotImplementedError
 
     def lease_part(self, lease: LeaseRecord) -> bytes:
         return b""
@@ -88,37 +117,5 @@ class _Compact:
         return self._full.application_block(name, items)
 
 
-class _Json(_Compact):
-    def instance_parts(self, i: InstanceInfo) -> tuple[bytes, bytes]:
-        item = orjson.dumps(instance_dict(i))
-        # Sliced: a buffer of its own size (see json_codec.instance_parts).
-        return item[:-1], b"}"
-
-
-class _Xml(_Compact):
-    def instance_parts(self, i: InstanceInfo) -> tuple[bytes, bytes]:
-        out = ["<instance>"]
-        leaf = xml_codec.leaf
-        leaf(out, "instanceId", i.instance_id)
-        leaf(out, "hostName", i.host_name)
-        leaf(out, "app", i.app)
-        leaf(out, "ipAddr", i.ip_addr)
-        out.append(f"<status>{i.status.value}</status>")
-        xml_codec.ports(out, i)
-        dc = i.data_center_info
-        xml_codec.data_center(out, dc.class_name, dc.name, _amazon(dc.metadata))
-        if i.vip_address is not None:
-            leaf(out, "vipAddress", i.vip_address)
-        if i.secure_vip_address is not None:
-            leaf(out, "secureVipAddress", i.secure_vip_address)
-        out.append(f"<lastUpdatedTimestamp>{i.last_updated_ms}</lastUpdatedTimestamp>")
-        if i.action_type is not None:
-            out.append(f"<actionType>{i.action_type.value}</actionType>")
-        if i.asg_name is not None:
-            leaf(out, "asgName", i.asg_name)
-        out.append("</instance>")
-        return "".join(out).encode(), b""
-
-
-JSON = _Json(json_codec)
-XML = _Xml(xml_codec)
+JSON = _Compact(json_codec, _json_parts)
+XML = _Compact(xml_codec, _xml_parts)

@@ -20,9 +20,9 @@ from typing import Any
 
 import aiohttp
 
-from tests.bench import processes, workloads
+from tests.bench import processes
 from tests.bench.scale_clients import run_helper
-from tests.bench.scale_requests import scale_instance
+from tests.bench.scale_requests import register_scale
 from tests.bench.scenarios import Plan
 from tests.helpers import free_port
 
@@ -92,31 +92,19 @@ async def _run(instances: int, seconds: float, target_port: int | None) -> dict[
 async def _register(server: processes.Server, instances: int, target_port: int | None) -> None:
     """The probe's instances (tests/bench/scale_requests.py names them), each with a check on
     the target when there is one."""
-    queue = iter(range(instances))
 
-    async def worker(session: aiohttp.ClientSession) -> None:
-        for k in queue:
-            app, iid, ip = scale_instance(k, APPS)
-            body = workloads.instance_body(app, iid, ip)
-            instance = body["instance"]
-            assert isinstance(instance, dict)
-            if target_port is not None:
-                instance |= {
-                    "ipAddr": "127.0.0.1",
-                    "port": {"$": target_port, "@enabled": "true"},
-                    "healthCheckUrl": f"http://127.0.0.1:{target_port}/health",
-                    "metadata": {
-                        "registry.check": "http",
-                        "registry.check.interval": str(CHECK_INTERVAL),
-                    },
-                }
-            async with session.post(f"{server.url}/eureka/apps/{app}", json=body) as response:
-                if response.status != 204:
-                    raise RuntimeError(f"registration of {iid} answered {response.status}")
+    def checked(instance: dict[str, Any]) -> None:
+        instance |= {
+            "ipAddr": "127.0.0.1",
+            "port": {"$": target_port, "@enabled": "true"},
+            "healthCheckUrl": f"http://127.0.0.1:{target_port}/health",
+            "metadata": {
+                "registry.check": "http",
+                "registry.check.interval": str(CHECK_INTERVAL),
+            },
+        }
 
-    connector = aiohttp.TCPConnector(limit=32)
-    async with aiohttp.ClientSession(connector=connector) as session:
-        await asyncio.gather(*(worker(session) for _ in range(32)))
+    await register_scale(server.url, instances, APPS, checked if target_port else None)
 
 
 async def _checks_run(session: aiohttp.ClientSession, server: processes.Server) -> float:

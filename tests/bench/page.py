@@ -13,16 +13,13 @@ missing.
 
 from __future__ import annotations
 
-import asyncio
 import statistics
 import time
 from pathlib import Path
 from typing import Any
 
-import aiohttp
-
-from tests.bench import processes, workloads
-from tests.bench.scale_requests import scale_instance
+from tests.bench import processes
+from tests.bench.scale_requests import register_scale
 
 CHROMIUM = Path("/usr/bin/chromium")
 INSTANCES = 100_000
@@ -70,7 +67,7 @@ async def page(plan: Any) -> dict[str, Any]:
 
     instances = SMOKE["instances"] if plan.smoke else INSTANCES
     async with processes.registry(eviction_interval=3600) as server:
-        await _register(server, instances)
+        await register_scale(server.url, instances, APPS)
         async with async_playwright() as p:
             browser = await p.chromium.launch(
                 executable_path=CHROMIUM,
@@ -106,22 +103,6 @@ async def _measured(browser: Any, url: str) -> dict[str, Any]:
         "js_heap_mb": round(metrics.get("JSHeapUsedSize", 0) / 2**20, 1),
         "dom_nodes": int(metrics.get("Nodes", 0)),
     }
-
-
-async def _register(server: processes.Server, instances: int) -> None:
-    queue = iter(range(instances))
-
-    async def worker(session: aiohttp.ClientSession) -> None:
-        for k in queue:
-            app, iid, ip = scale_instance(k, APPS)
-            body = workloads.instance_body(app, iid, ip)
-            async with session.post(f"{server.url}/eureka/apps/{app}", json=body) as response:
-                if response.status != 204:
-                    raise RuntimeError(f"registration of {iid} answered {response.status}")
-
-    connector = aiohttp.TCPConnector(limit=32)
-    async with aiohttp.ClientSession(connector=connector) as session:
-        await asyncio.gather(*(worker(session) for _ in range(32)))
 
 
 def page_rows(figure: dict[str, Any]) -> list[Row]:

@@ -7,12 +7,14 @@ scenario (`tests.bench.scale`) and its helper processes (`tests.bench.scale_clie
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import dataclasses
 import hashlib
 import json
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -46,6 +48,31 @@ def scale_instance(k: int, apps: int) -> tuple[str, str, str]:
     """(app, instance id, ip) of the k-th instance, the applications taking turns."""
     ip = f"10.{k // 65536 % 256}.{k // 256 % 256}.{k % 256}"
     return f"SCALE{k % apps}", f"scale-{k}", ip
+
+
+async def register_scale(
+    url: str,
+    instances: int,
+    apps: int,
+    shaped: Callable[[dict[str, Any]], None] | None = None,
+) -> None:
+    """Register the first `instances` scale instances at `url`, 32 at a time, each instance's
+    wire form passed to `shaped` first (a scenario's own fields); Eureka's 204 insisted on."""
+    queue = iter(range(instances))
+
+    async def worker(session: aiohttp.ClientSession) -> None:
+        for k in queue:
+            app, iid, ip = scale_instance(k, apps)
+            body = workloads.instance_body(app, iid, ip)
+            if shaped is not None:
+                shaped(body["instance"])  # type: ignore[arg-type]
+            async with session.post(f"{url}/eureka/apps/{app}", json=body) as response:
+                if response.status != 204:
+                    raise RuntimeError(f"registration of {iid} answered {response.status}")
+
+    connector = aiohttp.TCPConnector(limit=32)
+    async with aiohttp.ClientSession(connector=connector) as session:
+        await asyncio.gather(*(worker(session) for _ in range(32)))
 
 
 def registration(k: int, apps: int, lease: tuple[int, int] | None = None) -> tuple[str, bytes]:
