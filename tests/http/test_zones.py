@@ -4,6 +4,7 @@ what it shows), the delta stays whole (clients merge it), and /metrics counts by
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -107,13 +108,40 @@ async def test_metrics_count_by_zone(zoned: TestClient):
     assert {"eu-1a": 2, "us-east-1b": 1, "eu-1c": 2, "": 1} == await by_zone()
 
 
-def test_a_bulk_load_is_counted_by_zone_at_the_first_read_and_kept_from_then_on():
+def test_a_small_bulk_load_is_counted_by_zone_at_once_and_kept_from_then_on():
     registry, counts = Registry(), InstanceCounts()
     registry.subscribe(counts)
     registry.load([make("i-1", metadata={"zone": "z1"}), make("i-2")], now_ms=T0)
     assert {"z1": 1, "": 1} == counts.zones(registry)
     registry.register(make("i-3", metadata={"zone": "z1"}), now_ms=T0)
     assert {"z1": 2, "": 1} == counts.zones(registry)
+
+
+async def test_a_large_bulk_load_is_counted_in_slices_with_what_changed_meanwhile(
+    monkeypatch: pytest.MonkeyPatch,
+):
+    """Off the start-up and off the scrape: a scrape meanwhile shows no zones yet."""
+    monkeypatch.setattr(metrics_api, "COUNTED_AT_ONCE", 0)
+    monkeypatch.setattr(metrics_api, "SLICE", 1)
+    monkeypatch.setattr(metrics_api, "Pacer", lambda: _EveryTurn())
+    registry, counts = Registry(), InstanceCounts()
+    registry.subscribe(counts)
+    registry.load([make(f"i-{n}", metadata={"zone": "z1"}) for n in range(3)], now_ms=T0)
+    assert counts.zones(registry) is None  # the count starts
+    await asyncio.sleep(0)  # it has taken its snapshot, and counts a slice a turn
+    registry.register(make("i-9", metadata={"zone": "z2"}), now_ms=T0)  # meanwhile
+    registry.cancel("ORDERS", "i-0", now_ms=T0)
+    for _ in range(10):
+        await asyncio.sleep(0)
+    assert {"z1": 2, "z2": 1} == counts.zones(registry)
+
+
+class _EveryTurn:
+    """A pacer that gives the loop a turn after every slice."""
+
+    async def pace(self) -> bool:
+        await asyncio.sleep(0)
+        return True
 
 
 @pytest.mark.parametrize("weight", ["0", "-3", "1.5", "heavy", "99999999999", "%C2%B2"])
