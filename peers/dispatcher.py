@@ -261,7 +261,8 @@ class Dispatcher:
         if dirty_ms is None or at_ms is None:
             self.stats.failed += 1
             return
-        removal = Tombstone(task.app, task.instance_id, dirty_ms, at_ms)
+        expired = answer.get("expired") is True
+        removal = Tombstone(task.app, task.instance_id, dirty_ms, at_ms, expired)
         if self._registry.bury(removal, now_ms=self._clock.wall_ms()):
             log.info(
                 "replication_removal_taken",

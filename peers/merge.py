@@ -57,7 +57,8 @@ def removals(document: Mapping[str, Any]) -> list[Tombstone]:
             log.warning("peer_removal_unreadable", detail=str(exc))
             continue
         if app and iid and dirty_ms is not None and at_ms is not None:
-            found.append(Tombstone(app.upper(), iid, dirty_ms, at_ms))
+            expired = entry.get("expired") is True  # a release before it said no more
+            found.append(Tombstone(app.upper(), iid, dirty_ms, at_ms, expired))
     return found
 
 

@@ -138,7 +138,6 @@ def create_app(
         catalog,
         zoned,
         cache,
-        preservation,
         feed,
         counts,
         digests,
@@ -527,12 +526,7 @@ async def _evictor(app: web.Application) -> AsyncIterator[None]:
     )
     loops = Loops(clock)
     loops.every(settings.eviction_interval, evictor.sweep, name="eviction")
-    loops.every(settings.renewal_window, evictor.end_minute, name="renewal_count")
-    loops.every(
-        settings.renewal_threshold_update_interval,
-        evictor.recount,
-        name="renewal_threshold_recount",
-    )
+    loops.every(settings.renewal_window, evictor.end_window, name="renewal_count")
     yield
     await loops.stop()
 

@@ -1,13 +1,18 @@
-"""The eviction task: remove leases that stopped renewing, a capped random share at a time.
+"""The eviction task: remove leases that stopped renewing, as self-preservation allows.
 
-Each sweep asks self-preservation whether eviction may run, finds the expired leases, and evicts
-at most `max_fraction` of the registry (15 %, Eureka's cap), chosen at random so that no
-application loses all its instances first. While self-preservation applies, the cap counts
-every sweep of the last minute (self-preservation's `window`, so the two never disagree):
-Eureka sweeps once a minute, and renewals are counted by the minute, so eviction must not
-outrun the count that would hold it. Scanning and evicting give the event loop a turn every
-millisecond of work, so even 100 000 expired leases never hold up heartbeats; each lease is
-checked again when its turn comes, since it may have renewed.
+Each sweep finds the expired leases, tells self-preservation what they weigh, asks it whether
+eviction may run, and evicts at most `max_fraction` of the registry (15 %, Eureka's cap), chosen
+at random so that no application loses all its instances first, those a peer has evicted first
+(so that nodes evicting under their caps evict the same instances). While self-preservation
+applies, the cap counts every sweep of the last counting window (self-preservation's `window`,
+so the two never disagree): Eureka sweeps once a minute, and renewals are counted by the
+minute, so eviction must not outrun the count that would hold it.
+
+At each window's end the task counts every lease for self-preservation (`end_window`), and at
+the first window's end after each recount interval, recounts. Sweeps and counts take turns
+(one lock), and each gives the event loop a turn every millisecond of work, so even 100 000
+leases never hold up heartbeats; each lease picked is checked again when its turn comes, since
+it may have renewed.
 
 A sweep that runs late (a stalled loop, a suspended VM) adds its lateness to every lease's
 grace, so instances that kept renewing are never evicted for the server's own delay.
@@ -15,6 +20,7 @@ grace, so instances that kept renewing are never evicted for the server's own de
 
 from __future__ import annotations
 
+import asyncio
 import random
 from collections import deque
 from collections.abc import Iterator
@@ -23,8 +29,8 @@ import structlog
 
 from registry.common.clock import Clock
 from registry.common.tasks import SLICE, Pacer
-from registry.core.model import InstanceInfo, Lease
-from registry.core.preservation import SelfPreservation
+from registry.core.model import Lease
+from registry.core.preservation import SelfPreservation, forget, renews_recently, weight
 from registry.core.registry import Registry
 
 log = structlog.get_logger()
@@ -48,7 +54,9 @@ class Evictor:
         self._max_fraction = max_fraction
         self._rng = rng or random.Random()
         self._last_run = clock.monotonic()
+        self._last_recount = clock.monotonic()
         self._recent: deque[tuple[float, int]] = deque()  # (when, how many) in the last window
+        self._turns = asyncio.Lock()  # a sweep and a count never interleave
 
     def limit(self, size: int) -> int:
         """How many leases one sweep may evict from a registry of `size` (contract 8, step 4)."""
@@ -62,36 +70,46 @@ class Evictor:
 
     async def sweep(self) -> int:
         """One eviction run; returns how many leases went."""
+        async with self._turns:
+            return await self._sweep()
+
+    async def _sweep(self) -> int:
+        sp, registry = self._preservation, self._registry
         now = self._clock.monotonic()
         lateness = max(0.0, now - self._last_run - self._interval)
         self._last_run = now
-        size = len(self._registry)
-        verdict = self._preservation.judge(size)
-        if self._preservation.note(verdict, now):
-            if verdict.evict:
-                log.info("eviction_resumed", reason=verdict.reason)
-            else:
-                log.warning("eviction_held", reason=verdict.reason)
-        if not verdict.evict:
-            return 0
         now_ms, extra_ms = self._clock.wall_ms(), int(lateness * 1000)
         pacer = Pacer()
         expired: list[Lease] = []
         for leases in self._slices():
             expired.extend(lease for lease in leases if lease.is_expired(now_ms, extra_ms))
             await pacer.pace()
-        if not expired:
+        window_ms, on_peers = sp.window_ms, registry.expired_on_peers
+        first = [
+            lease
+            for lease in expired
+            if on_peers.get((lease.instance.app, lease.instance.instance_id))
+            == lease.last_renewal_ms
+        ]
+        lost = sum(weight(lease, window_ms) for lease in expired)
+        sp.found_expired(len(expired), lost, len(first))
+        size = len(registry)
+        verdict = sp.judge(size)
+        if sp.note(verdict, now):
+            if verdict.evict:
+                log.info("eviction_resumed", reason=verdict.reason)
+            else:
+                log.warning("eviction_held", reason=verdict.reason)
+        if not verdict.evict or not expired:
             return 0
         budget = self._budget(size, now, per_minute=verdict.guarding)
         evicted = 0
-        for i in range(min(len(expired), budget)):
-            # Partial Fisher-Yates, as Eureka: expired[:i] are the ones picked so far.
-            j = self._rng.randrange(i, len(expired))
-            expired[i], expired[j] = expired[j], expired[i]
-            instance = expired[i].instance
-            evicted += self._registry.evict(
-                instance.app, instance.instance_id, now_ms=now_ms, extra_ms=extra_ms
-            )
+        for i, lease in enumerate(self._pick(first, expired, budget)):
+            instance = lease.instance
+            lost = weight(lease, window_ms)
+            if registry.evict(instance.app, instance.instance_id, now_ms=now_ms, extra_ms=extra_ms):
+                evicted += 1
+                sp.evicted(lost)
             if i % 8 == 7:  # each eviction logs and tells four listeners: look at the time often
                 await pacer.pace()
         self._recent.append((now, evicted))
@@ -99,36 +117,61 @@ class Evictor:
             "eviction_ran",
             evicted=evicted,
             expired=len(expired),
+            expired_on_peers=len(first),
             budget=budget,
             lateness_ms=extra_ms,
             loop_turns=pacer.yields,
         )
         return evicted
 
-    async def recount(self) -> None:
-        """Self-preservation's periodic recount, with the renewing leases when it needs them."""
-        now, now_ms = self._clock.monotonic(), self._clock.wall_ms()
-        renewing: list[InstanceInfo] = []
-        if self._preservation.needs_live_count(now):
-            pacer = Pacer()
+    def _pick(self, first: list[Lease], expired: list[Lease], budget: int) -> Iterator[Lease]:
+        """Up to `budget` of the expired leases at random, those in `first` before the rest
+        (a partial Fisher-Yates, as Eureka: only as many draws as are taken)."""
+        taken = set(map(id, first))
+        rest = [lease for lease in expired if id(lease) not in taken] if first else expired
+        for pool in (first, rest):
+            for i in range(min(len(pool), budget)):
+                j = self._rng.randrange(i, len(pool))
+                pool[i], pool[j] = pool[j], pool[i]
+                yield pool[i]
+            budget -= min(len(pool), budget)
+
+    async def end_window(self) -> None:
+        """The end of a counting window (every `preservation.window` seconds): every lease is
+        counted, and, once a recount interval has passed since the last, the recount."""
+        async with self._turns:
+            sp = self._preservation
+            tally, pacer = sp.tally(), Pacer()
             for leases in self._slices():
-                renewing.extend(
-                    lease.instance
-                    for lease in leases
-                    if self._preservation.renews_recently(lease, now_ms)
-                )
+                for lease in leases:
+                    tally.add(lease)
                 await pacer.pace()
-        self._preservation.recount(now=now, now_ms=now_ms, renewing=renewing)
+            sp.end_window(tally)
+            now = self._clock.monotonic()
+            if now - self._last_recount >= sp.recount_interval:
+                self._last_recount = now
+                await self._recount(now, pacer)
+
+    async def _recount(self, now: float, pacer: Pacer) -> None:
+        sp = self._preservation
+        if sp.needs_live_count(now):
+            now_ms, silent, silent_weight = self._clock.wall_ms(), 0, 0.0
+            for leases in self._slices():
+                for lease in leases:
+                    lost = weight(lease, sp.window_ms)
+                    if lost and not renews_recently(lease, now_ms):
+                        silent, silent_weight = silent + 1, silent_weight + lost
+                        forget(lease)
+                await pacer.pace()
+            sp.lasting_drop(now=now, silent=silent, silent_weight=silent_weight)
+        else:
+            sp.recount()
         log.info(
             "renewal_threshold_recount",
-            result=self._preservation.last_recount,
-            expected_clients=self._preservation.expected_clients,
-            threshold=self._preservation.threshold,
+            result=sp.last_recount,
+            expected_clients=sp.expected_clients,
+            threshold=sp.threshold,
         )
-
-    def end_minute(self) -> None:
-        """The end of a window of counting renewals: every `preservation.window` seconds."""
-        self._preservation.end_minute(self._registry.renewals)
 
     def _slices(self) -> Iterator[list[Lease]]:
         """The registry's leases in slices; copied first, since it changes between slices."""

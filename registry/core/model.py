@@ -142,13 +142,22 @@ class Lease:
     # to be renewed (or an admin's call gives), kept apart from its last renewal, which stays
     # the evidence peers weigh.
     grace_until_ms: int = 0
-    # Renewed at least once since it was registered (kept through a re-registration; restored
-    # leases were renewing): only such leases are clients self-preservation expects renewals
-    # from, so a registration that never renews cannot hold eviction.
-    renewed: bool = False
+    # What its client delivers, which self-preservation weighs (core/preservation.py), kept
+    # through a re-registration. `renewals` counts the renewals since `counted_from_ms` (its
+    # registration here, in the frame of `last_renewal_ms`; 0: from its next renewal);
+    # `earlier_renewals` over `earlier_ms` is the stretch before, so that the rate is measured
+    # over the last stretch of its life, not all of it; `renewals_seen` is their sum at the
+    # last counting window's end. `carried`: a copy (a store's, a peer's) of a lease that was
+    # renewing before it came here.
+    counted_from_ms: int = 0
+    renewals: int = 0
+    earlier_renewals: int = 0
+    earlier_ms: int = 0
+    renewals_seen: int = 0
+    carried: bool = False
 
     def renew(self, now_ms: int, legacy: bool = False) -> None:
-        """Record a heartbeat.
+        """Record a heartbeat (the registry counts it: `Registry.renew`).
 
         Legacy mode stores now + duration, as Eureka does (contract 7): renewed leases then
         live 2 x duration and `lastRenewalTimestamp` is future-dated.
@@ -176,7 +185,6 @@ class Lease:
             eviction_ms=self.eviction_ms,
             service_up_ms=self.service_up_ms,
             duration_ms=self.duration_ms,
-            renewed=self.renewed,
         )
 
 
@@ -190,7 +198,6 @@ class LeaseSnapshot:
     eviction_ms: int
     service_up_ms: int
     duration_ms: int
-    renewed: bool = False
 
 
 @dataclass(slots=True, frozen=True, kw_only=True)

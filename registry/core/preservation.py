@@ -1,77 +1,124 @@
-"""Self-preservation: hold eviction when renewals drop as if the network failed (contract 8).
+"""Self-preservation: hold eviction when leases stop renewing as if the network failed.
 
-When many leases stop renewing at once it is more likely that this node lost its clients'
-network than that they all died, so eviction waits. The arithmetic is Eureka's:
+When many leases stop renewing at once it is likelier that this node lost its clients' network
+than that they all died, so eviction waits. Eureka's rule (contract 8): eviction runs while the
+renewals of the last counting window `R` are above `T = int(p x E)`, `E` the renewals expected
+in a window and `p` the percent (0.85). What we count differs, so that the rule holds on a
+cluster and for any lease settings, and no client can game it:
 
-* `E`, the expected clients, starts at 1 (as Spring's server does), goes up by one for every
-  brand-new registration and down by one for every cancel or eviction;
-* the threshold `T = int(E x 60 / interval x percent)` renewals per minute;
-* `R`, the renewals (client and replicated) counted in the last complete minute;
-* eviction runs while `T > 0 and R > T`;
-* every recount interval (15 min) `E` is recounted from the registry, and a count that is not
-  above `percent x E` (a drop of 15 % or more) is refused.
+* `E` is what the leases deliver, not what they claim. A lease weighs the lower of its claim
+  (window / its renewal interval) and the renewals it sent per window from its registration
+  here to its last renewal, over at least a window (a burst weighs no more than it sent) and
+  over the last `horizon` of its life at most (`weight`). A lease that stops renewing keeps its
+  weight: silence is the evidence, not a reason to expect less. A registration never renewed
+  weighs nothing; a copy of a renewing lease (restored from the store, taken from a peer)
+  weighs its claim until it has been here for a window.
+* `R` counts each lease's renewals up to one more than its weight (what a window's edge can
+  add), so that a lease renewing faster than it says cannot hide other leases' silence.
+* A lease evicted here keeps its weight in `E` (`departed`) until a recount accepts the drop, as
+  in Eureka; a cancel (a client saying goodbye) takes it out at once. A peer's eviction is
+  evidence for this node, never an order: its own eviction takes such leases, by this rule
+  (`Registry.bury`), so no node loses more than its own cap, however many peers evict.
+* Eviction also waits while the leases evicted since the last accepted recount and those
+  expired now weigh `1 - p` of `E` or more: with leases much shorter than the window, a mass
+  expiry shows there before a window's renewals are counted.
 
-Where we differ, and why:
+Every `recount_interval` (15 min) a recount accepts the departed weight when the leases in the
+registry still weigh more than `p x E` (Eureka's 15 % rule); a drop that held eviction through
+a whole recount interval is accepted as a scale-down, and its silent leases stop weighing.
+Below `min_instances` none of this applies: one crash in a small registry is a large share.
 
-* a lease counts as a client from its first renewal, not its registration: twenty
-  registrations with a renewal interval of a second that never renewed raised the
-  expectation by 1 200 renewals a minute and held eviction for good. A client that renews
-  once and stops is a client that died, which the recount below settles;
-* each client counts with its own renewal interval: one renewing every 10 s is expected to
-  send 6 renewals a minute, not 2, so its extra renewals cannot hide other clients' silence;
-* below `min_instances` it does not apply: in a small registry one crash is a large fraction,
-  and Eureka's version of this rule keeps dead instances forever;
-* a drop that lasts (eviction held through a whole recount interval) is accepted at the
-  recount as a scale-down, counting only the leases still renewing (renewed within
-  RECENT_INTERVALS of their own intervals, whatever their lease duration); Eureka holds
-  forever.
-* registrations count even when `E` fell to 0 (Eureka stops counting until the next recount,
-  which disables eviction after a registry empties).
-
-The minute is `window` (the `renewal_window` setting, Eureka's 60 s by default, shorter only
-where a test must not wait for minutes): every "per minute" here is per window.
-
-Pure: the eviction task feeds it the registry's changes, renewal totals and the time.
+Pure: the eviction task (core/eviction.py) counts the leases at each window's end (`Tally`),
+reports what it finds expired and what it evicts, and asks for the verdict.
 """
 
 from __future__ import annotations
 
-from collections import Counter, deque
-from collections.abc import Iterable
+from collections import deque
 from dataclasses import dataclass
-from operator import attrgetter
-from typing import TYPE_CHECKING
 
-from registry.core.model import ActionType, ChangeEvent, InstanceInfo, Lease
-from registry.core.subscriber import Subscriber
-
-if TYPE_CHECKING:
-    from registry.core.registry import Registry
+from registry.core.model import InstanceInfo, Lease
 
 MINUTE = 60.0  # Eureka's window for counting renewals, the default of `window`
 EUREKA_INTERVAL = 30.0  # Eureka's expected renewal interval
-_RENEWAL_SECONDS = attrgetter("instance.renewal_interval_secs")
-_INITIAL = {EUREKA_INTERVAL: 1}  # the one client Spring's server expects before any registers
 # A lease renewed within this many of its intervals is renewing: it missed two heartbeats at most.
 RECENT_INTERVALS = 3
-
-
 HISTORY = 30  # counting windows kept for the page's chart
 
 
-def renewal_threshold(expected_per_minute: float, percent: float) -> int:
-    """`T`: the renewals per minute below which eviction is held (contract 8)."""
-    return int(expected_per_minute * percent)
+def renewal_threshold(expected_per_window: float, percent: float) -> int:
+    """`T`: the renewals per window at or below which eviction is held (contract 8)."""
+    return int(expected_per_window * percent)
 
 
 def expiration_enabled(threshold: int, renewals: int) -> bool:
-    """Eureka's `isLeaseExpirationEnabled` with self-preservation on."""
-    return threshold > 0 and renewals > threshold
+    """Whether the renewals counted allow eviction: above a threshold, or nothing expected
+    (Eureka holds at `T = 0`, so that an empty registry's first clients are never evicted)."""
+    return threshold <= 0 or renewals > threshold
 
 
-def recount_accepted(counted_per_minute: float, expected_per_minute: float, percent: float) -> bool:
+def recount_accepted(counted: float, expected: float, percent: float) -> bool:
     """Whether a recount may replace the expectation: a drop of `1 - percent` or more is not."""
-    return counted_per_minute > percent * expected_per_minute
+    return counted > percent * expected
+
+
+def interval_of(instance: InstanceInfo) -> float:
+    """The seconds between the renewals a client says it sends (Eureka's 30 when it says none)."""
+    seconds = instance.renewal_interval_secs
+    return float(seconds) if seconds > 0 else EUREKA_INTERVAL
+
+
+def weight(lease: Lease, window_ms: int) -> float:
+    """The renewals per window `lease` is expected to send: the lower of its claim and what it
+    sent, measured from its registration here (or the start of its last stretch) to its last
+    renewal, over at least a window."""
+    claim = window_ms / (interval_of(lease.instance) * 1000)
+    span = lease.last_renewal_ms - lease.counted_from_ms + lease.earlier_ms
+    if lease.carried and span < window_ms:
+        return claim  # a copy of a renewing lease, not yet renewing here for a window
+    return min(claim, (lease.renewals + lease.earlier_renewals) * window_ms / max(window_ms, span))
+
+
+def renews_recently(lease: Lease, now_ms: int) -> bool:
+    """Whether `lease` is a client still renewing: renewed within RECENT_INTERVALS."""
+    return now_ms - lease.last_renewal_ms <= RECENT_INTERVALS * interval_of(lease.instance) * 1000
+
+
+def forget(lease: Lease) -> None:
+    """A silent lease stops weighing (a lasting drop accepted): counted again from its next
+    renewal, if it renews."""
+    lease.counted_from_ms = lease.renewals = lease.renewals_seen = 0
+    lease.earlier_renewals = lease.earlier_ms = 0
+    lease.carried = False
+
+
+class Tally:
+    """One window's count, lease by lease: what the leases weigh and what they renewed.
+
+    Counting a lease also moves its measure on: the renewals it sent are marked seen, and a
+    stretch of half the horizon becomes the earlier one, the one before it dropped.
+    """
+
+    def __init__(self, window_ms: int, horizon_ms: int) -> None:
+        self._window_ms = window_ms
+        self._half_horizon_ms = horizon_ms // 2
+        self.expected = 0.0  # the leases' weights
+        self.clients = 0  # leases that weigh something
+        self.renewals = 0  # their renewals, each up to one more than its weight
+
+    def add(self, lease: Lease) -> None:
+        w = weight(lease, self._window_ms)
+        sent = lease.renewals + lease.earlier_renewals
+        if w:
+            self.expected += w
+            self.clients += 1
+        self.renewals += min(sent - lease.renewals_seen, int(w) + 1)
+        stretch = lease.last_renewal_ms - lease.counted_from_ms
+        if lease.counted_from_ms and stretch >= self._half_horizon_ms:
+            lease.earlier_renewals, lease.earlier_ms = lease.renewals, stretch
+            lease.counted_from_ms, lease.renewals = lease.last_renewal_ms, 0
+            sent = lease.earlier_renewals
+        lease.renewals_seen = sent
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,7 +128,7 @@ class Verdict:
     guarding: bool = True  # whether self-preservation applies to the registry now
 
 
-class SelfPreservation(Subscriber):
+class SelfPreservation:
     def __init__(
         self,
         *,
@@ -97,121 +144,110 @@ class SelfPreservation(Subscriber):
         self.min_instances = min_instances
         self.recount_interval = recount_interval
         self.window = window  # seconds renewals are counted over: the "minute"
+        self.window_ms = round(window * 1000)
+        # A lease's rate is measured over the last stretch of its life: a recount interval.
+        self.horizon_ms = max(round(recount_interval * 1000), 2 * self.window_ms)
         self.accept_lasting_drop = accept_lasting_drop
-        # Clients by renewal interval: E is their total, the expectation their renewal rate.
-        self._expected: Counter[float] = Counter(_INITIAL)
-        # Every lease in the registry that has renewed, by interval: the count a recount takes.
-        self._registered: Counter[float] = Counter()
-        self.renewals_last_minute: int | None = None  # None until a full minute is counted
+        # What the leases in the registry weigh, as of the last window's count (less those
+        # evicted since), and how many weigh something.
+        self.expected_live = 0.0
+        self.clients = 0
+        # Leases evicted since the last accepted recount, and what they weighed.
+        self.departed = 0.0
+        self.departed_clients = 0
+        self.renewals_last_minute: int | None = None  # None until a full window is counted
+        # What the last sweep found expired: how many, what they weigh, how many a peer
+        # evicted, and how many of them it kept.
+        self.expired = 0
+        self.expired_weight = 0.0
+        self.expired_on_peers = 0
+        self.expired_held = 0
         # The last windows' renewals and the threshold at their end, oldest first (the page's
         # chart of the last half hour).
         self.history: deque[tuple[int, int]] = deque(maxlen=HISTORY)
-        self._renewals_at_minute_start = 0
-        self._uncounted_before_ms = 0  # leases dead at an accepted lasting drop: not in E
         self.paused_since: float | None = None  # monotonic seconds
         self.last_recount: str = "none yet"
 
     # Inputs ------------------------------------------------------------------------------
 
-    @staticmethod
-    def interval_of(instance: InstanceInfo) -> float:
-        seconds = instance.renewal_interval_secs  # the decoder makes it 30 when not given
-        return float(seconds) if seconds > 0 else EUREKA_INTERVAL
+    def tally(self) -> Tally:
+        """A count for the window ending now: `add` every lease, then `end_window`."""
+        return Tally(self.window_ms, self.horizon_ms)
 
-    @staticmethod
-    def renews_recently(lease: Lease, now_ms: int) -> bool:
-        """Whether `lease` is a client still renewing: renewed within RECENT_INTERVALS."""
-        interval_ms = SelfPreservation.interval_of(lease.instance) * 1000
-        return lease.renewed and now_ms - lease.last_renewal_ms <= RECENT_INTERVALS * interval_ms
+    def end_window(self, tally: Tally) -> None:
+        """The window's count is done: its weights are the expectation, its renewals `R`."""
+        self.expected_live, self.clients = tally.expected, tally.clients
+        self.renewals_last_minute = tally.renewals
+        self.history.append((tally.renewals, self.threshold))
 
-    def on_first_renewal(self, lease: Lease) -> None:
-        """Registry hook: a lease renewed for the first time is a client from now on."""
-        interval = self.interval_of(lease.instance)
-        self._registered[interval] += 1
-        self._expected[interval] += 1
+    def found_expired(self, count: int, weight_: float, on_peers: int) -> None:
+        """What a sweep found expired: how many leases, their weight, how many a peer evicted."""
+        self.expired, self.expired_weight, self.expired_on_peers = count, weight_, on_peers
+        self.expired_held = count
 
-    def on_change(self, event: ChangeEvent) -> None:
-        """Registry listener: clients removed lower the expectation; a client registering
-        again with another interval moves to it. Leases that never renewed were never
-        counted."""
-        lease, previous = event.lease, event.previous
-        if not lease.renewed:
-            return
-        interval = self.interval_of(lease.instance)
-        if event.action is ActionType.DELETED:
-            self._registered[interval] -= 1
-            if lease.last_renewal_ms + lease.duration_ms >= self._uncounted_before_ms:
-                _decrement(self._expected, interval)
-        elif (
-            event.action is ActionType.ADDED
-            and previous is not None
-            and self.interval_of(previous) != interval  # the same client, a new interval
+    def evicted(self, weight_: float) -> None:
+        """A lease weighing `weight_` was evicted here: it weighs on, as departed, until a
+        recount accepts the drop."""
+        self.expected_live = max(0.0, self.expected_live - weight_)
+        self.departed += weight_
+        if weight_:
+            self.clients = max(0, self.clients - 1)
+            self.departed_clients += 1
+        self.expired_held = max(0, self.expired_held - 1)
+
+    def recount(self) -> None:
+        """The periodic recount: accept the departed weight, unless it is a drop of `1 - p`
+        or more of the expectation (then it weighs on). A drop that needs the live count
+        (`needs_live_count`) is accepted by `accept_lasting_drop` instead."""
+        departed = self.departed_clients
+        if not self.enabled or recount_accepted(
+            self.expected_live, self.expected_per_minute, self.percent
         ):
-            self._registered[self.interval_of(previous)] -= 1
-            self._registered[interval] += 1
-            _decrement(self._expected, self.interval_of(previous))
-            self._expected[interval] += 1
-
-    def on_load(self, registry: Registry) -> None:
-        """Registry hook after a bulk load into an empty registry: every restored lease was
-        a client renewing before the restart."""
-        # Counted by the seconds clients gave first, in C: a warm restart loads 100 000.
-        renewed = (lease for lease in registry.leases() if lease.renewed)
-        for seconds, count in Counter(map(_RENEWAL_SECONDS, renewed)).items():
-            interval = float(seconds) if seconds > 0 else EUREKA_INTERVAL  # as interval_of
-            self._registered[interval] += count
-            self._expected[interval] += count
-
-    def end_minute(self, renewals_total: int) -> None:
-        """Called every `window` seconds with the registry's running renewal total."""
-        self.renewals_last_minute = renewals_total - self._renewals_at_minute_start
-        self._renewals_at_minute_start = renewals_total
-        self.history.append((self.renewals_last_minute, self.threshold))
-
-    def recount(self, *, now: float, now_ms: int, renewing: Iterable[InstanceInfo]) -> None:
-        """The periodic recount of `E` from the registry.
-
-        `renewing` (the instances whose leases have not expired) is read only when a drop has
-        held eviction for a whole recount interval: see `needs_live_count`.
-        """
-        if self.needs_live_count(now):
-            live = Counter(self.interval_of(instance) for instance in renewing)
-            held_for = 0.0 if self.paused_since is None else now - self.paused_since
-            self._expected = live or Counter(_INITIAL)
-            # The leases already dead now are not in E, so evicting them must not lower it. (One
-            # that renews again later and is then removed does lower it: E runs low until the
-            # next recount, which accepts any rise.)
-            self._uncounted_before_ms = now_ms
+            self.departed, self.departed_clients = 0.0, 0
             self.last_recount = (
-                f"accepted a lasting drop to {live.total()} renewing leases "
-                f"(eviction had been held for {held_for / MINUTE:.0f} min)"
+                f"accepted {self.clients} leases weighing {self.expected_live:.1f} renewals "
+                f"a {self._minute}" + (f" ({departed} evicted since the last)" if departed else "")
             )
             return
-        counted = _per_window(self._registered, self.window)
-        if not self.enabled or recount_accepted(counted, self.expected_per_minute, self.percent):
-            self._expected = +self._registered or Counter(_INITIAL)
-            self._uncounted_before_ms = 0
-            self.last_recount = f"accepted {self._registered.total()} leases"
-            return
         self.last_recount = (
-            f"refused {self._registered.total()} leases: a drop from {self.expected_clients} "
-            f"of {100 * (1 - self.percent):g} % or more"
+            f"refused: {departed} leases evicted since the last accepted recount weigh "
+            f"{self.departed:.1f} of the {self.expected_per_minute:.1f} renewals expected, a "
+            f"drop of {100 * (1 - self.percent):g} % or more"
+        )
+
+    def lasting_drop(self, *, now: float, silent: int, silent_weight: float) -> None:
+        """Eviction has been held for a whole recount interval: the drop is a scale-down. The
+        caller has made the `silent` leases (not renewing recently) stop weighing (`forget`);
+        the departed stop weighing too."""
+        held_for = 0.0 if self.paused_since is None else now - self.paused_since
+        self.expected_live = max(0.0, self.expected_live - silent_weight)
+        self.clients = max(0, self.clients - silent)
+        self.departed, self.departed_clients = 0.0, 0
+        self.last_recount = (
+            f"accepted a lasting drop to {self.clients} renewing leases "
+            f"(eviction had been held for {held_for / MINUTE:.0f} min)"
         )
 
     # Outputs -----------------------------------------------------------------------------
 
     @property
     def expected_clients(self) -> int:
-        return sum(self._expected.values())
+        """Leases that weigh something, the evicted ones not yet accepted included."""
+        return self.clients + self.departed_clients
 
     @property
     def expected_per_minute(self) -> float:
-        """The renewals expected in a window (a minute, unless the window was shortened)."""
-        return _per_window(self._expected, self.window)
+        """`E`: the renewals expected in a window (a minute, unless the window was shortened)."""
+        return self.expected_live + self.departed
 
     @property
     def threshold(self) -> int:
         return renewal_threshold(self.expected_per_minute, self.percent)
+
+    @property
+    def allowance(self) -> float:
+        """The weight that may be lost to expiry before a recount: `1 - p` of `E`."""
+        return (1 - self.percent) * self.expected_per_minute
 
     @property
     def _minute(self) -> str:
@@ -219,7 +255,7 @@ class SelfPreservation(Subscriber):
         return "minute" if self.window == MINUTE else f"{self.window:g} s"
 
     def needs_live_count(self, now: float) -> bool:
-        """Whether the next recount may accept a lasting drop, and so needs the renewing leases."""
+        """Whether the next recount may accept a lasting drop, and so needs the leases."""
         return (
             self.enabled
             and self.accept_lasting_drop
@@ -242,25 +278,32 @@ class SelfPreservation(Subscriber):
         renewals, threshold = self.renewals_last_minute, self.threshold
         if renewals is None:
             return Verdict(False, f"counting renewals: the first {self._minute} is not over yet")
-        if expiration_enabled(threshold, renewals):
+        resumes = "Eviction resumes when renewals recover" + (
+            f", or at a recount once the drop has lasted {self.recount_interval / MINUTE:g} min"
+            if self.accept_lasting_drop
+            else ""
+        )
+        if not expiration_enabled(threshold, renewals):
             return Verdict(
-                True,
-                f"{renewals} renewals in the last {self._minute}, above the threshold of "
-                f"{threshold}",
+                False,
+                f"{renewals} renewals in the last {self._minute}, not above the threshold of "
+                f"{threshold} ({self.percent:g} of the {self.expected_per_minute:.1f} expected "
+                f"from {self.expected_clients} leases): many leases stopped renewing at once, "
+                f"which looks like a network failure rather than instances dying. {resumes}",
+            )
+        lost = self.departed + self.expired_weight
+        if self.expired_weight and lost >= self.allowance:
+            return Verdict(
+                False,
+                f"{self.expired} leases have expired and {self.departed_clients} were evicted "
+                f"since the last accepted recount: they weigh {lost:.1f} of the "
+                f"{self.expected_per_minute:.1f} renewals a {self._minute} expected, "
+                f"{100 * (1 - self.percent):g} % or more, which looks like a network failure "
+                f"rather than instances dying. {resumes}",
             )
         return Verdict(
-            False,
-            f"{renewals} renewals in the last {self._minute}, not above the threshold of "
-            f"{threshold} "
-            f"({self.percent:g} of the {self.expected_per_minute:g} expected from "
-            f"{self.expected_clients} clients): many leases stopped renewing at once, which "
-            "looks like a network failure rather than instances dying. Eviction resumes when "
-            "renewals recover"
-            + (
-                f", or at a recount once the drop has lasted {self.recount_interval / MINUTE:g} min"
-                if self.accept_lasting_drop
-                else ""
-            ),
+            True,
+            f"{renewals} renewals in the last {self._minute}, above the threshold of {threshold}",
         )
 
     def note(self, verdict: Verdict, now: float) -> bool:
@@ -282,26 +325,16 @@ class SelfPreservation(Subscriber):
             "min-instances": self.min_instances,
             "expected-clients": self.expected_clients,
             "expected-renews-per-minute": round(self.expected_per_minute, 3),
+            "departed-clients": self.departed_clients,
+            "departed-renews-per-minute": round(self.departed, 3),
             "renews-threshold": self.threshold,
             "renews-last-minute": self.renewals_last_minute,
             "renewal-percent-threshold": self.percent,
+            "expired": self.expired,
+            "expired-held": self.expired_held,
+            "expired-on-peers": self.expired_on_peers,
             "held-for-seconds": (
                 None if self.paused_since is None else round(now - self.paused_since)
             ),
             "last-recount": self.last_recount,
         }
-
-
-def _per_window(clients: Counter[float], window: float) -> float:
-    return sum(count * (window / interval) for interval, count in clients.items() if count > 0)
-
-
-def _decrement(clients: Counter[float], interval: float) -> None:
-    """One client fewer, never below none (as Eureka's `if (E > 0) E--`)."""
-    if clients[interval] > 0:
-        clients[interval] -= 1
-    elif clients.total() > 0:  # counted at another interval before a recount: take any
-        for key, count in clients.items():
-            if count > 0:
-                clients[key] -= 1
-                return

@@ -84,6 +84,18 @@ def _claimed(instance: InstanceInfo) -> InstanceStatus:
     return status
 
 
+def _carry_counts(old: Lease, new: Lease) -> None:
+    """A re-registration keeps what its client has delivered (core/preservation.py), over
+    the same span: it is no renewal, though the new lease starts from now."""
+    if old.counted_from_ms:
+        new.counted_from_ms = old.counted_from_ms + new.last_renewal_ms - old.last_renewal_ms
+    new.renewals = old.renewals
+    new.earlier_renewals = old.earlier_renewals
+    new.earlier_ms = old.earlier_ms
+    new.renewals_seen = old.renewals_seen
+    new.carried = new.carried or old.carried
+
+
 def _client_claim(lease: Lease, override: InstanceStatus | None) -> InstanceStatus:
     """What the lease's client last said of itself, as the chain was last asked (its
     override's status says nothing of the client: taken as UP)."""
@@ -129,7 +141,6 @@ class Registry(OverrideCommands):
         # The subscribers' methods, by the news they take (see `subscribe`).
         self._on_change: list[Callable[[ChangeEvent], None]] = []
         self._on_load: list[Callable[[Registry], None]] = []
-        self._on_first_renewal: list[Callable[[Lease], None]] = []
         self._on_replicate: list[Callable[..., None]] = []
         self._legacy = legacy_lease_expiry
         self._sync_dirty = sync_when_timestamp_differs
@@ -140,6 +151,10 @@ class Registry(OverrideCommands):
         self.registrations = 0
         self.cancels = 0
         self.evictions = 0
+        # Leases a peer evicted and this node holds, with their last renewal then: its own
+        # eviction takes them first, when they have expired here too, have not renewed since,
+        # and its self-preservation lets it (core/eviction.py).
+        self.expired_on_peers: dict[tuple[str, str], int] = {}
         # Instances by status, kept by every change: the reconcile hash without a recount.
         self._statuses: Counter[InstanceStatus] = Counter()
         self._hash = (-1, "")  # (index, reconcile hash at that index)
@@ -152,7 +167,6 @@ class Registry(OverrideCommands):
             "on_override": self.overrides.listen,
             "on_app_check": self._on_app_check.append,
             "on_hold": self._on_hold.append,
-            "on_first_renewal": self._on_first_renewal.append,
             "on_replicate": self._on_replicate.append,
         }
         for news in wanted(part):
@@ -180,12 +194,16 @@ class Registry(OverrideCommands):
         now_ms: int,
         is_replication: bool = False,
         last_renewal_ms: int | None = None,
+        carried: bool = False,
     ) -> InstanceInfo:
         """Register or re-register an instance with a fresh lease (contract 6.2).
 
         `last_renewal_ms` backdates the lease, for a copy taken from a peer whose own lease is
-        older: an instance that died there must not get a full new life here. Logged at debug
-        level: a deploy registers thousands a second (registry/health/activity.py sums them up).
+        older: an instance that died there must not get a full new life here. `carried`: such
+        a copy of a lease that was renewing there (self-preservation expects it to renew here
+        too). What its client has delivered so far is kept through a re-registration. Logged
+        at debug level: a deploy registers thousands a second (registry/health/activity.py
+        sums them up).
         """
         leases = self._apps.get(instance.app)
         existing = None if leases is None else leases.get(instance.instance_id)
@@ -224,15 +242,19 @@ class Registry(OverrideCommands):
             existing.instance.status if existing is not None else None,
             is_replication,
         )
+        lease_ms = instance.duration_secs * 1000  # asked for by this call, as in Eureka
         lease = Lease(
             instance=_registered(registrant, status, override, now_ms),
-            duration_ms=instance.duration_secs * 1000,  # asked for by this call, as in Eureka
+            duration_ms=lease_ms,
             registration_ms=now_ms,
             last_renewal_ms=now_ms if last_renewal_ms is None else min(last_renewal_ms, now_ms),
             service_up_ms=existing.service_up_ms if existing is not None else 0,
             decision=decision,
-            renewed=existing is not None and existing.renewed,
+            counted_from_ms=now_ms + (lease_ms if self._legacy else 0),
+            carried=carried,
         )
+        if existing is not None:
+            _carry_counts(existing, lease)
         if status is _UP and lease.service_up_ms == 0:
             lease.service_up_ms = now_ms
         if held_by_server(registrant):  # never expires for silence (core/checks.py)
@@ -439,7 +461,8 @@ class Registry(OverrideCommands):
                     else now_ms + duration_ms
                 ),
                 # A lease the registry holds never renews: no client self-preservation expects
-                renewed=stored is not None and not server_held,
+                counted_from_ms=now_ms + (duration_ms if self._legacy else 0),
+                carried=stored is not None and not server_held,
             )
             self._statuses[status] += 1
             count += 1
@@ -490,7 +513,11 @@ class Registry(OverrideCommands):
             return False
         try:
             self.register(
-                instance, now_ms=now_ms, is_replication=True, last_renewal_ms=last_renewal_ms
+                instance,
+                now_ms=now_ms,
+                is_replication=True,
+                last_renewal_ms=last_renewal_ms,
+                carried=True,
             )
         except RemovedHere:
             return False
@@ -499,12 +526,22 @@ class Registry(OverrideCommands):
     def bury(self, removal: Tombstone, *, now_ms: int) -> bool:
         """A peer's removal of an instance (anti-entropy, start-up sync): our copy goes unless
         it wins over the removal (registry/core/tombstones.py); the removal is remembered either
-        way it does not lose. Returns whether our copy went."""
+        way it does not lose. Returns whether our copy went.
+
+        A peer's eviction is evidence, not an order: our copy stays until this node's own
+        eviction takes it, first among the expired, when its self-preservation lets it (so no
+        node loses more than its own cap to its peers' evictions). A restored copy's grace
+        ends: the peer saw no renewal either."""
         lease = self._apps.get(removal.app, {}).get(removal.instance_id)
         if lease is None:
             self.tombstones.put(removal)
             return False
         if self._survives(lease, removal, now_ms):
+            return False
+        if removal.expired:
+            if lease.grace_until_ms != HELD_FOREVER_MS:
+                lease.grace_until_ms = 0
+            self.expired_on_peers[removal.app, removal.instance_id] = lease.last_renewal_ms
             return False
         self._remove(lease, now_ms, removal)
         self.cancels += 1
@@ -546,10 +583,10 @@ class Registry(OverrideCommands):
                 self._change(lease, now_ms, status=status)
         lease.renew(now_ms, self._legacy)
         self.renewals += 1
-        if not lease.renewed:  # once per lease: a client that renews, from now on
-            lease.renewed = True
-            for on_first_renewal in self._on_first_renewal:
-                on_first_renewal(lease)
+        if lease.counted_from_ms:
+            lease.renewals += 1
+        else:  # forgotten at a lasting drop: what its client delivers is counted from now
+            lease.counted_from_ms = lease.last_renewal_ms
         if (
             last_dirty_ms is not None
             and last_dirty_ms != lease.instance.last_dirty_ms
@@ -618,7 +655,8 @@ class Registry(OverrideCommands):
         if lease is None or not lease.is_expired(now_ms, extra_ms):
             return False
         # All an eviction knows is that no renewal came after the last one seen here.
-        seen = Tombstone(app, instance_id, lease.instance.last_dirty_ms, self._renewed(lease))
+        dirty_ms = lease.instance.last_dirty_ms
+        seen = Tombstone(app, instance_id, dirty_ms, self._renewed(lease), expired=True)
         self._remove(lease, now_ms, seen)
         self.evictions += 1
         log.info(
@@ -760,6 +798,7 @@ class Registry(OverrideCommands):
             removal or Tombstone(instance.app, instance.instance_id, instance.last_dirty_ms, now_ms)
         )
         self.checks.release(instance.instance_id)
+        self.expired_on_peers.pop((instance.app, instance.instance_id), None)
         leases = self._apps[instance.app]
         del leases[instance.instance_id]
         if not leases:

@@ -23,7 +23,6 @@ NEWS = (
     "on_override",
     "on_app_check",
     "on_hold",
-    "on_first_renewal",
     "on_replicate",
 )
 
@@ -48,9 +47,6 @@ class Subscriber:
     def on_hold(self, lease: Lease) -> None:
         """A check took hold of the instance, or let it go, and its status did not change
         (a change event tells the rest): for the store, which keeps the hold with it."""
-
-    def on_first_renewal(self, lease: Lease) -> None:
-        """A lease was renewed for the first time: its client renews, from now on."""
 
     def on_replicate(
         self,

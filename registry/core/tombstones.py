@@ -37,6 +37,9 @@ class Tombstone:
     instance_id: str
     dirty_ms: int  # the lastDirtyTimestamp of the copy removed
     at_ms: int  # when (see the module's docstring)
+    # An eviction's, not a cancel's: for a peer, evidence its own eviction weighs, not an
+    # order (core/preservation.py).
+    expired: bool = False
 
 
 def copy_wins(dirty_ms: int, renewed_ms: int, removal: Tombstone, margin_ms: int) -> bool:

@@ -170,6 +170,11 @@ class RegistryCollector(Collector):
             preservation.expected_clients,
         )
         yield _gauge(
+            "registry_expired_leases_held",
+            "Expired leases self-preservation keeps (as of the last sweep)",
+            preservation.expired_held,
+        )
+        yield _gauge(
             "registry_eviction_enabled",
             "1 when eviction runs, 0 when held",
             int(preservation.judge(len(registry)).evict),

@@ -156,8 +156,9 @@ def _checks_header(request: web.Request) -> dict[str, str]:
 
 
 async def removed(request: web.Request) -> web.Response:
-    """`{"removed": [{"appName", "id", "lastDirtyTimestamp", "removedAt"}, ...]}`: the
-    removals this node remembers, of the application `app` names, or of all."""
+    """`{"removed": [{"appName", "id", "lastDirtyTimestamp", "removedAt", "expired"}, ...]}`:
+    the removals this node remembers (`expired`: by eviction, not a cancel), of the
+    application `app` names, or of all."""
     request.app[CLUSTER].heard_from_a_peer()
     tombstones = request.app[REGISTRY].tombstones
     app = params.query_value(params.query_string(request), "app")
@@ -180,6 +181,7 @@ def removal_item(removal: Tombstone) -> dict[str, Any]:
         "id": removal.instance_id,
         "lastDirtyTimestamp": removal.dirty_ms,
         "removedAt": removal.at_ms,
+        "expired": removal.expired,
     }
 
 

@@ -402,6 +402,15 @@ def _preservation(sp: dict[str, Any], history: Sequence[tuple[int, int]]) -> str
     counted = sp["renews-last-minute"]  # None during the first minute
     detail += f"<br>renewals last minute {'not counted yet' if counted is None else counted}"
     detail += f", threshold {sp['renews-threshold']}"
+    detail += (
+        f" ({sp['expected-renews-per-minute']:g} expected from {sp['expected-clients']} leases"
+    )
+    if sp["departed-clients"]:
+        detail += f", {sp['departed-clients']} of them evicted since the last recount"
+    detail += ")"
+    if sp["expired-held"]:
+        peers = f", {sp['expired-on-peers']} evicted by peers" if sp["expired-on-peers"] else ""
+        detail += f"<br>{sp['expired-held']} expired leases kept{peers}"
     if sp["held-for-seconds"] is not None:
         detail += f", held for {sp['held-for-seconds']} s"
     return _card("Self-preservation", state, headline, detail + _chart(history))

@@ -7,7 +7,7 @@ written by a newer server and is refused rather than misread.
 
 from __future__ import annotations
 
-VERSION = 6
+VERSION = 7
 
 MIGRATIONS: dict[int, tuple[str, ...]] = {
     1: (
@@ -92,5 +92,10 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         # them: {"app", "check", "interval", "timeout", "path", "setAt", "setBy"}, or a
         # removal {"app", "removedAt"}, which is kept so that an older check never returns.
         "CREATE TABLE app_checks (app TEXT PRIMARY KEY, doc TEXT NOT NULL)",
+    ),
+    7: (
+        # Whether a removal was an eviction (1) rather than a cancel: for peers, evidence their
+        # own eviction weighs, not an order (registry/core/preservation.py).
+        "ALTER TABLE tombstones ADD COLUMN expired INTEGER NOT NULL DEFAULT 0",
     ),
 }

@@ -217,9 +217,9 @@ class Store:
                 continue
             overrides.append(StoredOverride(app, iid, known, reason, set_ms, expires_ms, by))
         tombstones = [
-            Tombstone(app, iid, dirty_ms, at_ms)
-            for app, iid, dirty_ms, at_ms in await self._db.execute_fetchall(
-                "SELECT app, id, dirty_ms, at_ms FROM tombstones"
+            Tombstone(app, iid, dirty_ms, at_ms, bool(expired))
+            for app, iid, dirty_ms, at_ms, expired in await self._db.execute_fetchall(
+                "SELECT app, id, dirty_ms, at_ms, expired FROM tombstones"
             )
         ]
         # The last removal of each override not in force: what peers' older ones lose to.
@@ -292,7 +292,7 @@ class Store:
         rows = await asyncio.to_thread(_rows, batch.upserts, batch.check_holds)
         deletes = orjson.dumps(batch.deletes)
         tombstones = orjson.dumps(
-            [(t.app, t.instance_id, t.dirty_ms, t.at_ms) for t in batch.tombstones]
+            [(t.app, t.instance_id, t.dirty_ms, t.at_ms, t.expired) for t in batch.tombstones]
         )
         async with self._transaction() as db:
             if batch.everything:
@@ -323,7 +323,7 @@ class Store:
             )
             await db.execute(
                 "INSERT OR REPLACE INTO tombstones "
-                "SELECT value->>0, value->>1, value->>2, value->>3 FROM json_each(?)",
+                "SELECT value->>0, value->>1, value->>2, value->>3, value->>4 FROM json_each(?)",
                 (tombstones,),
             )
             for override in batch.overrides_set:

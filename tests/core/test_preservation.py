@@ -1,51 +1,76 @@
-"""Self-preservation arithmetic against the contract's worked examples (contract 8), and ours."""
+"""Self-preservation's arithmetic (core/preservation.py): what a lease weighs, what a window
+counts, when eviction is held, and what a recount accepts."""
 
 from __future__ import annotations
 
 import pytest
 
+from registry.core.model import Lease
 from registry.core.preservation import (
     SelfPreservation,
+    Tally,
     expiration_enabled,
+    forget,
     recount_accepted,
     renewal_threshold,
+    renews_recently,
+    weight,
 )
 from registry.core.registry import Registry
+from registry.core.tombstones import Tombstone
 from tests.factories import T0, make
-from tests.helpers import evict_expired
 
-MIN = 60_000
+S = 1000  # a second, in milliseconds
+W = 60 * S  # the default counting window
+
+
+def lease_of(registry: Registry, iid: str, app: str = "ORDERS") -> Lease:
+    return registry.get(app, iid, now_ms=T0)
+
+
+def registered(
+    registry: Registry, iid: str, *, interval: int = 30, duration: int = 90, at: int = T0
+) -> None:
+    instance = make(iid, renewal_interval_secs=interval, duration_secs=duration)
+    registry.register(instance, now_ms=at)
+
+
+def renew_every(
+    registry: Registry, iid: str, *, every_ms: int, start: int, end: int, app: str = "ORDERS"
+) -> int:
+    """Renewals of `iid` every `every_ms` from `start` while before `end`; the last one's time."""
+    at = start
+    while at < end:
+        registry.renew(app, iid, at)
+        at += every_ms
+    return at - every_ms
+
+
+def tally(sp: SelfPreservation, registry: Registry) -> None:
+    counted = sp.tally()
+    for lease in registry.leases():
+        counted.add(lease)
+    sp.end_window(counted)
 
 
 @pytest.mark.parametrize(
-    ("clients", "threshold"),
-    [
-        (0, 0),  # Netflix standalone with nothing synced: T = 0, so expiry is off
-        (1, 1),
-        (2, 3),  # Spring standalone with one client (E = 1 + 1)
-        (10, 17),
-        (11, 18),  # ten clients on Spring (E = 1 + 10)
-        (100, 170),
-        (1000, 1700),
-    ],
+    ("expected", "threshold"),
+    [(0, 0), (2, 1), (4, 3), (20, 17), (200, 170), (2000, 1700)],
 )
-def test_threshold_is_int_of_clients_times_two_times_085(clients: int, threshold: int) -> None:
-    """T = int(E x 60 / 30 x 0.85) with the default interval and percent."""
-    assert threshold == renewal_threshold(clients * 60 / 30, 0.85)
+def test_the_threshold_is_int_of_the_expectation_times_085(expected: int, threshold: int) -> None:
+    assert threshold == renewal_threshold(expected, 0.85)
 
 
 @pytest.mark.parametrize(
     ("threshold", "renewals", "enabled"),
     [
-        (3, 2, False),  # one Spring client: never evicted (the common confusion)
-        (18, 20, True),  # ten clients renewing
-        (18, 16, False),  # two of ten killed
-        (17, 16, False),  # ... still off after the recount accepted E = 10
+        (18, 20, True),
+        (18, 16, False),
         (18, 18, False),  # R == T holds eviction
-        (0, 5, False),  # T = 0 disables expiry whatever arrives
+        (0, 0, True),  # nothing is expected: nothing to hold for (Eureka holds)
     ],
 )
-def test_expiration_needs_renewals_above_a_positive_threshold(
+def test_eviction_needs_renewals_above_the_threshold(
     threshold: int, renewals: int, enabled: bool
 ) -> None:
     assert enabled is expiration_enabled(threshold, renewals)
@@ -53,241 +78,395 @@ def test_expiration_needs_renewals_above_a_positive_threshold(
 
 @pytest.mark.parametrize(
     ("counted", "expected", "accepted"),
-    [
-        (10, 11, True),  # 10 > 0.85 x 11 = 9.35
-        (0, 11, False),  # an embedded client that fetched nothing
-        (9, 11, False),  # 9 is not above 9.35
-        (86, 100, True),
-        (85, 100, False),  # a drop of exactly 15 % is refused (strict comparison)
-        (200, 100, True),  # growth always is
-    ],
+    [(86, 100, True), (85, 100, False), (0, 11, False), (200, 100, True)],
 )
-def test_recount_refuses_drops_of_15_percent_or_more(
+def test_a_recount_refuses_drops_of_15_percent_or_more(
     counted: int, expected: int, accepted: bool
 ) -> None:
-    assert accepted is recount_accepted(counted * 2.0, expected * 2.0, 0.85)
+    assert accepted is recount_accepted(counted, expected, 0.85)
 
 
-def registry_with(preservation: SelfPreservation) -> Registry:
+class TestWeight:
+    def test_a_registration_never_renewed_weighs_nothing(self):
+        registry = Registry()
+        registered(registry, "i-1", interval=1)
+        assert 0.0 == weight(lease_of(registry, "i-1"), W)
+
+    def test_a_lease_renewing_as_it_claims_weighs_its_claim_once_it_has_for_a_window(self):
+        """Every 30 s from its registration: 2 a minute, once it has been here a minute (one
+        renewal in its first half minute weighs 1)."""
+        registry = Registry()
+        registered(registry, "i-1")
+        renew_every(registry, "i-1", every_ms=30 * S, start=T0 + 30 * S, end=T0 + 31 * S)
+        assert 1.0 == weight(lease_of(registry, "i-1"), W)
+        renew_every(registry, "i-1", every_ms=30 * S, start=T0 + 60 * S, end=T0 + 300 * S)
+        assert 2.0 == weight(lease_of(registry, "i-1"), W)
+
+    def test_a_lease_weighs_what_it_sends_not_what_it_claims(self):
+        """It claims a renewal a second and sends one every 2.9 s: 60 / 2.9 a minute."""
+        registry = Registry()
+        registered(registry, "i-1", interval=1, duration=5)
+        renew_every(registry, "i-1", every_ms=2900, start=T0 + 2900, end=T0 + 600 * S)
+        assert 60 / 2.9 == pytest.approx(weight(lease_of(registry, "i-1"), W))
+
+    def test_a_lease_never_weighs_more_than_it_claims(self):
+        """It claims 30 s and renews every second: 2 a minute, however often it renews."""
+        registry = Registry()
+        registered(registry, "i-1")
+        renew_every(registry, "i-1", every_ms=S, start=T0, end=T0 + 120 * S)
+        assert 2.0 == weight(lease_of(registry, "i-1"), W)
+
+    def test_a_burst_weighs_no_more_than_it_sent(self):
+        """Thirty renewals in half a second, claiming one a second: 30 a window, not 60."""
+        registry = Registry()
+        registered(registry, "i-1", interval=1, duration=5)
+        renew_every(registry, "i-1", every_ms=16, start=T0 + 16, end=T0 + 31 * 16)
+        assert 30.0 == weight(lease_of(registry, "i-1"), W)
+
+    def test_silence_keeps_the_weight(self):
+        """A lease that stops renewing weighs what it delivered, counted or not."""
+        registry = Registry()
+        registered(registry, "i-1", interval=1, duration=5)
+        renew_every(registry, "i-1", every_ms=S, start=T0, end=T0 + 120 * S)
+        lease = lease_of(registry, "i-1")
+        before = weight(lease, W)
+        for _ in range(5):  # five windows of silence, each counted
+            Tally(W, 900 * S).add(lease)
+        assert (60.0, before) == (before, weight(lease, W))
+
+    def test_a_reregistration_keeps_what_the_client_delivered(self):
+        registry = Registry()
+        registered(registry, "i-1", interval=1, duration=5)
+        renew_every(registry, "i-1", every_ms=2900, start=T0, end=T0 + 300 * S)
+        before = weight(lease_of(registry, "i-1"), W)
+        registered(registry, "i-1", interval=1, duration=5, at=T0 + 301 * S)
+        assert before == weight(lease_of(registry, "i-1"), W)
+
+    def test_a_lease_that_slows_down_is_weighed_over_its_last_stretch(self):
+        """A lease that renewed every second for an hour and then every 2.9 s for an hour
+        weighs what the second hour delivered (the horizon is 15 min), not the mean of two."""
+        registry, counted = Registry(), Tally(W, 900 * S)
+        registered(registry, "i-1", interval=1, duration=5)
+        lease = lease_of(registry, "i-1")
+        for start, every in ((T0, S), (T0 + 3600 * S, 2900)):
+            for window in range(60):
+                at = start + window * W
+                renew_every(registry, "i-1", every_ms=every, start=at, end=at + W)
+                counted.add(lease)
+        assert 60 / 2.9 == pytest.approx(weight(lease, W), rel=0.03)
+
+    def test_a_copy_of_a_renewing_lease_weighs_its_claim_until_it_renewed_here_a_window(self):
+        """Restored from the store: its claim, silent or not, until a window of renewals
+        here measures it (a lease claiming 1 s and renewing every 2.9 s then weighs that)."""
+        registry = Registry()
+        instance = make("i-1", renewal_interval_secs=1, duration_secs=5)
+        registry.load([instance], now_ms=T0, renewals=[T0 - 10 * S])
+        lease = lease_of(registry, "i-1")
+        assert 60.0 == weight(lease, W)
+        renew_every(registry, "i-1", every_ms=2900, start=T0, end=T0 + 30 * S)
+        assert 60.0 == weight(lease, W)
+        renew_every(registry, "i-1", every_ms=2900, start=T0 + 30 * S, end=T0 + 200 * S)
+        assert 60 / 2.9 == pytest.approx(weight(lease, W), rel=0.05)
+
+    def test_a_peers_copy_taken_at_start_weighs_its_claim(self):
+        registry = Registry()
+        registry.adopt(make("i-1"), now_ms=T0, last_renewal_ms=T0 - 5 * S)
+        assert 2.0 == weight(lease_of(registry, "i-1"), W)
+
+    def test_a_replicated_registration_weighs_nothing_until_it_renews(self):
+        registry = Registry()
+        registry.register(make("i-1"), now_ms=T0, is_replication=True)
+        assert 0.0 == weight(lease_of(registry, "i-1"), W)
+
+    def test_a_forgotten_lease_weighs_nothing_and_is_counted_again_when_it_renews(self):
+        registry = Registry()
+        registered(registry, "i-1")
+        renew_every(registry, "i-1", every_ms=30 * S, start=T0, end=T0 + 120 * S)
+        lease = lease_of(registry, "i-1")
+        forget(lease)
+        assert 0.0 == weight(lease, W)
+        renew_every(registry, "i-1", every_ms=30 * S, start=T0 + 600 * S, end=T0 + 700 * S)
+        assert 2.0 == weight(lease, W)
+        assert not renews_recently(lease, T0 + 781 * S)  # three intervals after its last
+
+
+class TestWindowCount:
+    def test_each_lease_counts_up_to_one_renewal_more_than_it_weighs(self):
+        """A lease weighing 2 that renewed 10 times in the window counts 3: its extra
+        renewals cannot hide another lease's silence."""
+        registry = Registry()
+        registered(registry, "i-1")
+        renew_every(registry, "i-1", every_ms=30 * S, start=T0, end=T0 + 120 * S)
+        counted = Tally(W, 900 * S)
+        counted.add(lease_of(registry, "i-1"))
+        renew_every(registry, "i-1", every_ms=6 * S, start=T0 + 120 * S, end=T0 + 180 * S)
+        counted = Tally(W, 900 * S)
+        counted.add(lease_of(registry, "i-1"))
+        assert (2.0, 3) == (counted.expected, counted.renewals)
+
+    def test_a_window_counts_the_renewals_since_the_last(self):
+        registry = Registry()
+        registered(registry, "i-1", interval=1, duration=5)
+        lease = lease_of(registry, "i-1")
+        found = []
+        for window in range(3):
+            start = T0 + window * W
+            renew_every(registry, "i-1", every_ms=S, start=start, end=start + W)
+            counted = Tally(W, 900 * S)
+            counted.add(lease)
+            found.append(counted.renewals)
+        assert [60, 60, 60] == found
+
+    def test_a_lease_of_an_interval_longer_than_the_window_counts_in_the_windows_it_renews(
+        self,
+    ):
+        """Every 90 s in a 60 s window: 2/3 of a renewal a window, one in two windows of
+        three; counted whole where it lands."""
+        registry = Registry()
+        registered(registry, "i-1", interval=90, duration=270)
+        lease = lease_of(registry, "i-1")
+        counts = []
+        for window in range(9):
+            for at in range(0, 540, 90):  # renewals at 0, 90, ... 450 s
+                if window * 60 <= at < (window + 1) * 60:
+                    registry.renew("ORDERS", "i-1", T0 + at * S)
+            counted = Tally(W, 900 * S)
+            counted.add(lease)
+            counts.append(counted.renewals)
+        assert [1, 1, 0, 1, 1, 0, 1, 1, 0] == counts
+        assert pytest.approx(2 / 3) == weight(lease, W)
+
+
+def half_silent(sp: SelfPreservation, count: int = 20, *, interval: int = 30) -> Registry:
+    """`count` leases renewing every `interval` for five minutes, counted a window at a time;
+    then half of them silent for a window."""
     registry = Registry()
-    registry.subscribe(preservation)
+    for n in range(count):
+        registered(registry, f"i-{n}", interval=interval, duration=3 * interval)
+    for window in range(5):
+        for n in range(count):
+            start = T0 + window * W
+            renew_every(registry, f"i-{n}", every_ms=interval * S, start=start, end=start + W)
+        tally(sp, registry)
+    for n in range(count // 2):
+        start = T0 + 5 * W
+        renew_every(registry, f"i-{n}", every_ms=interval * S, start=start, end=start + W)
+    tally(sp, registry)
     return registry
 
 
-def register(
-    registry: Registry, count: int, *, interval: int = 30, prefix: str = "i", renew: bool = True
-) -> None:
-    """`count` clients registered, each renewing once (when `renew`) as a stock client does."""
-    for n in range(count):
-        instance = make(f"{prefix}-{n}", renewal_interval_secs=interval)
-        registry.register(instance, now_ms=T0)
-        if renew:
-            registry.renew(instance.app, instance.instance_id, T0 + 1)
-
-
-class TestWorkedExamples:
-    def test_one_spring_client_is_never_evicted_by_eurekas_rule(self):
-        """E starts at 1, the registration makes it 2, T = 3, and 2 renewals are not above 3."""
-        sp = SelfPreservation(min_instances=0)
-        register(registry_with(sp), 1)
-        sp.end_minute(2)
-        assert (2, 3) == (sp.expected_clients, sp.threshold)
-        assert not sp.judge(1).evict
-
-    def test_ten_clients_two_killed_stay_held_through_the_recount(self):
-        """E = 11, T = 18; R = 16 holds; the recount accepts 10 (E = 10, T = 17): still held."""
-        sp = SelfPreservation(min_instances=0, accept_lasting_drop=False)
-        register(registry_with(sp), 10)
-        assert (11, 18) == (sp.expected_clients, sp.threshold)
-        sp.end_minute(20)
-        assert sp.judge(10).evict
-        sp.end_minute(20 + 16)
-        assert not sp.judge(10).evict
-        sp.recount(now=900, now_ms=T0 + 900_000, renewing=[])
-        assert (10, 17) == (sp.expected_clients, sp.threshold)
-        assert "accepted 10 leases" == sp.last_recount
-        assert not sp.judge(10).evict
-
-    def test_recount_rescues_one_crash_the_initial_client_held_back(self):
-        """Ten clients, one crashed: R = 18 is not above T = 18 (E = 11 counts Spring's initial
-        client); the recount makes E = 10, T = 17, and eviction resumes."""
+class TestVerdicts:
+    def test_half_the_leases_falling_silent_holds_eviction_and_says_why(self):
         sp = SelfPreservation()
-        register(registry_with(sp), 10)
-        sp.end_minute(18)
-        assert not sp.judge(10).evict
-        sp.recount(now=900, now_ms=T0 + 900_000, renewing=[])
-        assert sp.judge(10).evict
-
-
-class TestRenewalWindow:
-    def test_the_expectation_is_per_window(self):
-        """With a 10 s window one client renewing every 10 s and Spring's initial one (30 s)
-        are expected to send 1 + 1/3 renewals a window, not 8 a minute: T = int(1.33 x 0.85)."""
-        sp = SelfPreservation(min_instances=0, window=10)
-        register(registry_with(sp), 1, interval=10)
-        assert (2, 4 / 3, 1) == (sp.expected_clients, sp.expected_per_minute, sp.threshold)
-
-    def test_the_verdict_names_the_window(self):
-        sp = SelfPreservation(min_instances=0, window=10)
-        register(registry_with(sp), 10, interval=5)
-        assert "the first 10 s is not over yet" in sp.judge(10).reason
-        sp.end_minute(5)
-        assert not sp.judge(10).evict
-        assert sp.judge(10).reason.startswith("5 renewals in the last 10 s, not above")
-
-    def test_the_default_window_is_eurekas_minute(self):
-        sp = SelfPreservation(min_instances=0)
-        register(registry_with(sp), 1, interval=10)
-        assert (60.0, 8.0) == (sp.window, sp.expected_per_minute)
-        assert "the first minute is not over yet" in sp.judge(1).reason
-
-
-class TestOurDifferences:
-    def test_each_client_counts_with_its_own_interval(self):
-        """A client renewing every 10 s is expected to send 6 a minute; with the initial client
-        at 30 s that is 8 expected, T = int(8 x 0.85) = 6."""
-        sp = SelfPreservation(min_instances=0)
-        register(registry_with(sp), 1, interval=10)
-        assert (2, 8.0, 6) == (sp.expected_clients, sp.expected_per_minute, sp.threshold)
-
-    def test_a_client_without_an_interval_counts_at_eurekas_30_s(self):
-        sp = SelfPreservation(min_instances=0)
-        register(registry_with(sp), 1, interval=0)
-        assert 4.0 == sp.expected_per_minute  # the initial client and this one, 2 a minute each
-
-    def test_a_reregistration_with_a_new_interval_moves_the_client(self):
-        sp = SelfPreservation(min_instances=0)
-        registry = registry_with(sp)
-        register(registry, 1)
-        register(registry, 1, interval=15)
-        assert (2, 6.0) == (sp.expected_clients, sp.expected_per_minute)
-
-    def test_below_the_minimum_registry_size_eviction_always_runs(self):
-        sp = SelfPreservation(min_instances=10)
-        register(registry_with(sp), 9)
-        sp.end_minute(0)
-        verdict = sp.judge(9)
-        assert verdict.evict
-        assert "9 instances registered, fewer than the 10" in verdict.reason
-
-    def test_the_first_minute_holds_eviction_until_renewals_are_counted(self):
-        sp = SelfPreservation()
-        register(registry_with(sp), 20)
+        half_silent(sp)
         verdict = sp.judge(20)
-        assert (False, "counting renewals: the first minute is not over yet") == (
+        assert (False, 40.0, 20, 34) == (
             verdict.evict,
-            verdict.reason,
+            sp.expected_per_minute,
+            sp.renewals_last_minute,
+            sp.threshold,
+        )
+        assert verdict.reason.startswith(
+            "20 renewals in the last minute, not above the threshold of 34 (0.85 of the 40.0 "
+            "expected from 20 leases)"
         )
 
-    def test_disabled_always_evicts_and_recounts_without_refusing(self):
-        sp = SelfPreservation(enabled=False)
-        registry = registry_with(sp)
-        register(registry, 20)
-        evict_expired(registry, now_ms=T0 + 100_000)
-        sp.recount(now=900, now_ms=T0 + 900_000, renewing=[])
-        assert sp.judge(20).evict
-        assert 1 == sp.expected_clients  # an empty registry counts as the initial client
-
-    def test_held_verdict_says_why_with_its_inputs(self):
+    def test_all_renewing_evicts(self):
         sp = SelfPreservation()
-        register(registry_with(sp), 20)
-        sp.end_minute(20)
-        reason = sp.judge(20).reason
-        assert "20 renewals in the last minute, not above the threshold of 35" in reason
-        assert "0.85 of the 42 expected from 21 clients" in reason
+        registry = half_silent(sp)
+        for n in range(10, 20):
+            start = T0 + 6 * W
+            renew_every(registry, f"i-{n}", every_ms=30 * S, start=start, end=start + W)
+        for n in range(10):
+            start = T0 + 6 * W
+            renew_every(registry, f"i-{n}", every_ms=30 * S, start=start, end=start + W)
+        tally(sp, registry)
+        assert sp.judge(20).evict
 
-    def test_a_lasting_drop_is_accepted_at_a_recount_and_its_dead_do_not_count_twice(self):
-        """Held for a whole recount interval: E becomes the renewing leases; evicting the dead
-        ones afterwards does not lower it again."""
-        sp = SelfPreservation(recount_interval=900)
-        registry = registry_with(sp)
-        register(registry, 20)
-        sp.end_minute(40)
-        sp.end_minute(40 + 20)  # half the clients went silent
-        held = sp.judge(20)
-        assert not held.evict
-        sp.note(held, now=100)
-        assert not sp.needs_live_count(now=999)
-        sp.recount(now=999, now_ms=T0 + 999_000, renewing=[])
-        assert (20, "accepted 20 leases") == (sp.expected_clients, sp.last_recount)
-        assert sp.needs_live_count(now=1900)
-        live = [lease.instance for lease in list(registry.leases())[:10]]
-        sp.recount(now=1900, now_ms=T0 + 1_900_000, renewing=live)
-        assert 10 == sp.expected_clients
-        assert sp.last_recount.startswith("accepted a lasting drop to 10 renewing leases")
-        assert sp.judge(20).evict  # 20 renewals a minute now beat T = 17
-        for lease in list(registry.leases())[10:]:
-            registry.evict(lease.instance.app, lease.instance.instance_id, now_ms=T0 + 1_900_000)
-        assert 10 == sp.expected_clients
+    def test_the_first_window_holds_eviction_until_renewals_are_counted(self):
+        sp = SelfPreservation()
+        assert "counting renewals: the first minute is not over yet" == sp.judge(20).reason
 
-    def test_eurekas_way_holds_a_lasting_drop_forever(self):
-        sp = SelfPreservation(recount_interval=900, accept_lasting_drop=False)
-        register(registry_with(sp), 20)
-        sp.end_minute(20)
-        sp.note(sp.judge(20), now=0)
-        for n in range(1, 5):
-            sp.recount(now=900 * n, now_ms=T0 + 900_000 * n, renewing=[])
-            assert not sp.judge(20).evict
+    def test_below_the_minimum_size_eviction_always_runs(self):
+        sp = SelfPreservation(min_instances=10)
+        half_silent(sp, count=8)
+        verdict = sp.judge(8)
+        assert (True, False) == (verdict.evict, verdict.guarding)
+        assert "8 instances registered, fewer than the 10" in verdict.reason
 
-    def test_removals_never_take_the_expectation_below_zero(self):
+    def test_disabled_always_evicts(self):
         sp = SelfPreservation(enabled=False)
-        registry = registry_with(sp)
-        register(registry, 2)
-        sp.recount(now=900, now_ms=T0, renewing=[])  # E = 2 exactly
-        register(registry, 1, interval=10, prefix="j")
-        other = Registry()  # an instance E never counted
-        register(other, 1, prefix="k")
-        other.subscribe(sp)
-        evict_expired(registry, now_ms=T0 + 100_000)
-        assert (0, 0) == (sp.expected_clients, sp.threshold)
-        evict_expired(other, now_ms=T0 + 100_000)
-        assert (0, 0) == (sp.expected_clients, sp.threshold)
+        half_silent(sp)
+        assert (True, "self-preservation is disabled") == (sp.judge(20).evict, sp.judge(20).reason)
+
+    def test_the_verdict_names_a_shortened_window(self):
+        sp = SelfPreservation(window=10)
+        assert "the first 10 s is not over yet" in sp.judge(20).reason
+
+    def test_leases_that_claim_more_than_they_send_cannot_hold_eviction(self):
+        """Twelve leases renewing every second, three claiming a second and renewing every
+        2.9 s: the three weigh what they send, and eviction runs (counted by their claims,
+        they held it for good)."""
+        sp, registry = SelfPreservation(), Registry()
+        ids = [f"honest-{n}" for n in range(12)] + [f"gaming-{n}" for n in range(3)]
+        for iid in ids:
+            registered(registry, iid, interval=1, duration=5)
+        for window in range(3):
+            start = T0 + window * W
+            for iid in ids:
+                every = S if iid.startswith("honest") else 2900
+                renew_every(registry, iid, every_ms=every, start=start, end=start + W)
+            tally(sp, registry)
+        assert sp.judge(15).evict, sp.judge(15).reason
+        assert 12 * 60 + 3 * 60 / 2.9 == pytest.approx(sp.expected_per_minute, rel=0.02)
+
+    def test_a_mass_expiry_of_short_leases_holds_before_the_window_counts_it(self):
+        """Leases of 5 s renewing every second: half expire five seconds into a window whose
+        count will show it only at its end; what has expired weighs 15 % or more of the
+        expectation, so eviction is held now."""
+        sp = SelfPreservation()
+        half_silent(sp, interval=1)
+        sp.end_window(_counted_like_before(sp))  # the last window counted nothing amiss
+        sp.found_expired(10, 600.0, 0)
+        verdict = sp.judge(20)
+        assert not verdict.evict
+        assert verdict.reason.startswith("10 leases have expired and 0 were evicted")
+
+    def test_a_few_expired_leases_are_evicted(self):
+        sp = SelfPreservation()
+        half_silent(sp, interval=1)
+        sp.end_window(_counted_like_before(sp))
+        sp.found_expired(2, 120.0, 0)  # 120 of 1 200: 10 %
+        assert sp.judge(20).evict
 
 
-class TestOnlyRenewingLeasesCount:
-    def test_registrations_that_never_renew_cannot_hold_eviction(self):
-        """Twelve clients renewing, twenty registrations asking for a renewal a second and
-        never renewing (the lease trick): only the twelve are expected, so their renewals
-        keep eviction running (counted at registration, the twenty made T 1 042)."""
-        sp = SelfPreservation(min_instances=0)
-        registry = registry_with(sp)
-        register(registry, 12)
-        register(registry, 20, interval=1, prefix="trick", renew=False)
-        assert (13, 22) == (sp.expected_clients, sp.threshold)
-        sp.end_minute(24)
-        assert sp.judge(32).evict
+def _counted_like_before(sp: SelfPreservation) -> Tally:
+    """A window's count in which every lease renewed as it weighs."""
+    counted = Tally(sp.window_ms, sp.horizon_ms)
+    counted.expected, counted.clients = sp.expected_live, sp.clients
+    counted.renewals = int(sp.expected_live)
+    return counted
 
-    def test_a_lease_counts_from_its_first_renewal_and_once(self):
-        sp = SelfPreservation(min_instances=0)
-        registry = registry_with(sp)
-        register(registry, 1, interval=10, renew=False)
-        assert 1 == sp.expected_clients
-        for at in (T0 + 10_000, T0 + 20_000):
-            registry.renew("ORDERS", "i-0", at)
-        assert (2, 8.0) == (sp.expected_clients, sp.expected_per_minute)
-        registry.register(make("i-0", renewal_interval_secs=10), now_ms=T0 + 25_000)
-        assert 2 == sp.expected_clients  # registering again: still the same client
-        registry.cancel("ORDERS", "i-0", now_ms=T0 + 30_000)
-        assert 1 == sp.expected_clients
 
-    def test_a_lease_never_renewed_leaves_without_lowering_the_expectation(self):
-        sp = SelfPreservation(min_instances=0)
-        registry = registry_with(sp)
-        register(registry, 2)
-        register(registry, 1, prefix="silent", renew=False)
-        registry.cancel("ORDERS", "silent-0", now_ms=T0 + 1_000)
-        assert 3 == sp.expected_clients
+class TestExpiryAndRecount:
+    def test_an_eviction_does_not_lower_the_expectation_before_a_recount(self):
+        sp = SelfPreservation()
+        half_silent(sp)
+        before = (sp.expected_per_minute, sp.threshold)
+        sp.evicted(2.0)
+        assert before == (sp.expected_per_minute, sp.threshold)
+        assert (2.0, 1) == (sp.departed, sp.departed_clients)
 
-    def test_renewing_recently_is_within_three_intervals_whatever_the_lease(self):
-        """What a lasting drop's recount counts: a lease of an hour that stopped renewing two
-        minutes ago is not renewing, though it has not expired."""
+    def test_the_departed_weigh_on_through_the_next_window(self):
+        """Evicted, a lease is no longer counted, but its weight stays departed."""
+        sp = SelfPreservation()
+        registry = half_silent(sp)
+        lease = lease_of(registry, "i-19")
+        sp.evicted(weight(lease, W))
+        registry.evict("ORDERS", "i-19", now_ms=T0 + 3600 * S)
+        tally(sp, registry)
+        assert 40.0 == sp.expected_per_minute
+
+    def test_a_cancel_lowers_the_expectation_at_the_next_window(self):
+        sp = SelfPreservation()
+        registry = half_silent(sp)
+        registry.cancel("ORDERS", "i-19", now_ms=T0 + 6 * W)
+        tally(sp, registry)
+        assert (38.0, 0) == (sp.expected_per_minute, sp.departed_clients)
+
+    def test_a_recount_accepts_a_small_drop(self):
+        sp = SelfPreservation()
+        half_silent(sp)
+        sp.evicted(2.0)
+        sp.recount()
+        assert (38.0, 0.0) == (sp.expected_per_minute, sp.departed)
+        assert sp.last_recount.startswith("accepted 19 leases weighing 38.0 renewals a minute")
+
+    def test_a_recount_refuses_a_drop_of_15_percent_or_more(self):
+        sp = SelfPreservation()
+        half_silent(sp)
+        for _ in range(4):
+            sp.evicted(2.0)  # 8 of 40
+        sp.recount()
+        assert 40.0 == sp.expected_per_minute
+        assert sp.last_recount.startswith("refused: 4 leases evicted since the last")
+
+    def test_a_lasting_drop_is_accepted_and_its_silent_leases_stop_weighing(self):
+        sp = SelfPreservation(recount_interval=900)
+        half_silent(sp)
+        sp.note(sp.judge(20), now=100)
+        assert not sp.needs_live_count(now=999)
+        assert sp.needs_live_count(now=1000)
+        sp.evicted(2.0)
+        sp.lasting_drop(now=1000, silent=9, silent_weight=18.0)
+        assert (20.0, 10, 0.0) == (sp.expected_per_minute, sp.expected_clients, sp.departed)
+        assert sp.last_recount.startswith("accepted a lasting drop to 10 renewing leases")
+
+    def test_eurekas_way_never_needs_the_live_count(self):
+        sp = SelfPreservation(recount_interval=900, accept_lasting_drop=False)
+        half_silent(sp)
+        sp.note(sp.judge(20), now=0)
+        assert not sp.needs_live_count(now=10_000)
+
+
+class TestWarmRestart:
+    def test_a_restart_expects_renewals_from_the_leases_it_restored(self):
+        """Twenty leases restored that were renewing every 30 s: after the first window,
+        with none of them renewing (a network failure after the restart), 40 renewals a
+        minute are expected and eviction is held."""
+        registry, sp = Registry(), SelfPreservation()
+        instances = [make(f"i-{n}") for n in range(20)]
+        registry.load(instances, now_ms=T0, renewals=[T0 - 10 * S] * 20)
+        tally(sp, registry)
+        tally(sp, registry)  # a second window of silence: still expected
+        assert (40.0, 20, 34, 0) == (
+            sp.expected_per_minute,
+            sp.expected_clients,
+            sp.threshold,
+            sp.renewals_last_minute,
+        )
+        assert not sp.judge(20).evict
+
+    def test_restored_leases_that_renew_are_measured_from_here(self):
+        registry, sp = Registry(), SelfPreservation()
+        instances = [make(f"i-{n}", renewal_interval_secs=1, duration_secs=5) for n in range(20)]
+        registry.load(instances, now_ms=T0, renewals=[T0 - 10 * S] * 20)
+        for window in range(3):
+            start = T0 + window * W
+            for n in range(20):
+                renew_every(registry, f"i-{n}", every_ms=2900, start=start, end=start + W)
+            tally(sp, registry)
+        assert 20 * 60 / 2.9 == pytest.approx(sp.expected_per_minute, rel=0.05)
+        assert sp.judge(20).evict
+
+
+class TestPeersEvictions:
+    def test_a_peers_eviction_leaves_the_lease_to_this_nodes_eviction(self):
+        """The peer saw no renewal after the last one here: the lease stays, marked, until
+        this node's own eviction takes it."""
         registry = Registry()
-        instance = make("i-1", renewal_interval_secs=30, duration_secs=3600)
-        registry.register(instance, now_ms=T0)
-        lease = registry.get("ORDERS", "i-1", now_ms=T0)
-        assert lease is not None
-        assert not SelfPreservation.renews_recently(lease, T0)  # registered, never renewed
-        registry.renew("ORDERS", "i-1", T0)
-        assert SelfPreservation.renews_recently(lease, T0 + 90_000)
-        assert not SelfPreservation.renews_recently(lease, T0 + 90_001)
-        assert not lease.is_expired(T0 + 120_000)
+        registered(registry, "i-1")
+        registry.renew("ORDERS", "i-1", T0 + S)
+        removal = Tombstone("ORDERS", "i-1", T0, T0 + S, expired=True)
+        assert not registry.bury(removal, now_ms=T0 + 100 * S)
+        assert 1 == len(registry)
+        assert {("ORDERS", "i-1"): T0 + S} == registry.expired_on_peers
+        registry.evict("ORDERS", "i-1", now_ms=T0 + 100 * S)
+        assert {} == registry.expired_on_peers
+
+    def test_a_peers_cancel_removes_the_lease(self):
+        registry = Registry()
+        registered(registry, "i-1")
+        removal = Tombstone("ORDERS", "i-1", T0, T0 + S)
+        assert registry.bury(removal, now_ms=T0 + 2 * S)
+        assert 0 == len(registry)
+
+    def test_a_peers_eviction_ends_a_restored_grace(self):
+        """A restored lease in its grace, not renewed for longer than its duration: the
+        peer's eviction is newer evidence, and the lease may expire here now."""
+        registry = Registry()
+        registry.load([make("i-1")], now_ms=T0, renewals=[T0 - 200 * S])
+        lease = lease_of(registry, "i-1")
+        assert not lease.is_expired(T0 + S)
+        registry.bury(Tombstone("ORDERS", "i-1", T0, T0 - 200 * S, expired=True), now_ms=T0 + S)
+        assert lease.is_expired(T0 + S)

@@ -72,14 +72,16 @@ def registry() -> Registry:
 
 class TestRegistry:
     def test_a_cancel_and_an_eviction_leave_tombstones(self, registry):
-        """A cancel records its time; an eviction the last renewal it saw."""
+        """A cancel records its time; an eviction the last renewal it saw, and that it was an
+        eviction (for peers, evidence rather than an order)."""
         registry.register(make("a"), now_ms=T0)
         registry.register(make("b", dirty=T0 + 1), now_ms=T0)
         registry.renew("ORDERS", "b", T0 + 30_000)
         registry.cancel("ORDERS", "a", now_ms=T0 + 5)
         assert registry.evict("ORDERS", "b", now_ms=T0 + 200_000)
         assert removal("a", T0, T0 + 5) == registry.tombstones.get("ORDERS", "a")
-        assert removal("b", T0 + 1, T0 + 30_000) == registry.tombstones.get("ORDERS", "b")
+        evicted = Tombstone("ORDERS", "b", T0 + 1, T0 + 30_000, expired=True)
+        assert evicted == registry.tombstones.get("ORDERS", "b")
 
     def test_a_peers_copy_of_a_removed_instance_is_refused(self, registry):
         """Replicated or adopted, a copy that loses to the removal does not come back; the

@@ -181,25 +181,30 @@ class TestServerStatus:
         root = fromstring(await (await client.get("/eureka/status")).read())
         assert "1" == root.findtext("generalStats/registry-size")
 
-    async def test_status_explains_self_preservation(self, client):
-        """Self-preservation's inputs and verdict, in JSON and in XML: the client counts once
-        it has renewed."""
+    async def test_status_explains_self_preservation(self, client, clock):
+        """Self-preservation's inputs and verdict, in JSON and in XML: a client renewing every
+        30 s for two minutes weighs 2 renewals a minute."""
         await register(client)
-        assert 200 == (await client.put("/eureka/apps/ORDERS/i-1")).status
+        for _ in range(4):
+            assert 200 == (await client.put("/eureka/apps/ORDERS/i-1")).status
+            await clock.advance(30)
         doc = (await fetch_json(client, "/eureka/status"))["selfPreservation"]
         assert {
             "enabled": True,
             "evicting": True,
             "registry-size": 1,
             "min-instances": 10,
-            "expected-clients": 2,
-            "expected-renews-per-minute": 4.0,
-            "renews-threshold": 3,
-            "renews-last-minute": None,
+            "expected-clients": 1,
+            "expected-renews-per-minute": 2.0,
+            "departed-clients": 0,
+            "renews-threshold": 1,
+            "renews-last-minute": 2,
+            "expired": 0,
+            "expired-held": 0,
         }.items() <= doc.items()
         assert doc["reason"].startswith("1 instance registered, fewer than the 10")
         root = fromstring(await (await client.get("/eureka/status")).read())
-        assert "3" == root.findtext("selfPreservation/renews-threshold")
+        assert "1" == root.findtext("selfPreservation/renews-threshold")
         assert "true" == root.findtext("selfPreservation/evicting")
 
 

@@ -10,6 +10,7 @@ import pytest
 from aiohttp.test_utils import TestClient
 from structlog.testing import capture_logs
 
+from registry import FakeClock
 from registry.core.model import InstanceStatus
 from registry.http import peer_api
 from tests.helpers import fetch_json, instance_doc, register, registry_of
@@ -151,13 +152,22 @@ class TestItems:
         [cancelled] = await post_batch(client, [item("Cancel", **removal)])
         assert 200 == cancelled["statusCode"]
         listed = await fetch_json(client, "/eureka/peerreplication/removed?app=orders")
-        assert [{"appName": "ORDERS", "id": "i-1", **removal}] == listed["removed"]
+        expected = {"appName": "ORDERS", "id": "i-1", **removal, "expired": False}
+        assert [expected] == listed["removed"]
         doc = instance_doc(lastDirtyTimestamp="1735689000000")
         doc["leaseInfo"] = {"lastRenewalTimestamp": 1735689000500}
         [refused] = await post_batch(client, [item("Register", instanceInfo=doc)])
         assert {"statusCode": 409, "error": "removed_here", **removal} == {
             key: refused[key] for key in ("statusCode", "error", *removal)
         }
+
+    async def test_an_eviction_is_listed_as_one(self, client: TestClient, clock: FakeClock):
+        """An eviction's removal says so: for a peer, evidence its own eviction weighs, where a
+        cancel is the client's goodbye."""
+        await register(client)
+        await clock.advance(100)
+        listed = await fetch_json(client, "/eureka/peerreplication/removed")
+        assert [("i-1", True)] == [(r["id"], r["expired"]) for r in listed["removed"]]
 
     async def test_a_stock_eureka_peer_gets_eurekas_answers(self, client: TestClient):
         """A batch without our X-Registry-Peer header comes from a stock Eureka server, which

@@ -86,6 +86,21 @@ class TestBatches:
         assert {"a": S.OUT_OF_SERVICE} == await stored(writer)
         assert (0, 1) == (writer.pending, writer.batches)
 
+    async def test_removals_are_kept_with_whether_they_were_evictions(self, registry, writer):
+        """A cancel and an eviction come back from the store as they went: peers weigh an
+        eviction as evidence, a cancel as the client's goodbye."""
+        registry.register(make("a"), now_ms=T0)
+        registry.register(make("b"), now_ms=T0)
+        registry.cancel("ORDERS", "a", now_ms=T0 + 1)
+        assert registry.evict("ORDERS", "b", now_ms=T0 + 100_000)
+        await writer.flush()
+        store = await Store.open(writer.path, now_ms=T0)
+        try:
+            removals = (await store.load()).tombstones
+        finally:
+            await store.close()
+        assert [("a", False), ("b", True)] == sorted((t.instance_id, t.expired) for t in removals)
+
     async def test_heartbeats_write_nothing(self, registry, writer):
         registry.register(make("a"), now_ms=T0)
         await writer.flush()
