@@ -153,6 +153,8 @@ def _status(args: argparse.Namespace) -> int:
     print(f"instances: {general['registry-size']}; index {general['registry-index']}")
     print(f"uptime: {general['server-uptime']}; reads: {general['reads-reason']}")
     print(f"eviction: {'runs' if sp['evicting'] else 'HELD'}: {sp['reason']}")
+    if sp.get("expired-held"):  # a server of an older release does not say
+        print(f"expired leases kept: {sp['expired-held']} ({sp['expired-on-peers']} by peers)")
     if store.get("enabled"):
         state = "DEGRADED: " + str(store["last-error"]) if store["degraded"] else "writing"
         print(f"store: {state} ({store['pending']} pending)")

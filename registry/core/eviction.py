@@ -80,19 +80,23 @@ class Evictor:
         self._last_run = now
         now_ms, extra_ms = self._clock.wall_ms(), int(lateness * 1000)
         pacer = Pacer()
-        expired: list[Lease] = []
+        first: list[Lease] = []  # expired, evicted by a peer, and not renewed since
+        rest: list[Lease] = []  # the other expired
+        window_ms, on_peers, lost = sp.window_ms, registry.expired_on_peers, 0.0
+        weigh = sp.enabled  # what expired weighs matters to self-preservation alone
         for leases in self._slices():
-            expired.extend(lease for lease in leases if lease.is_expired(now_ms, extra_ms))
+            found = [lease for lease in leases if lease.is_expired(now_ms, extra_ms)]
+            if weigh:
+                lost += sum(weight(lease, window_ms) for lease in found)
+            if on_peers:
+                for lease in found:
+                    key = (lease.instance.app, lease.instance.instance_id)
+                    (first if on_peers.get(key) == lease.last_renewal_ms else rest).append(lease)
+            else:
+                rest.extend(found)
             await pacer.pace()
-        window_ms, on_peers = sp.window_ms, registry.expired_on_peers
-        first = [
-            lease
-            for lease in expired
-            if on_peers.get((lease.instance.app, lease.instance.instance_id))
-            == lease.last_renewal_ms
-        ]
-        lost = sum(weight(lease, window_ms) for lease in expired)
-        sp.found_expired(len(expired), lost, len(first))
+        expired = len(first) + len(rest)
+        sp.found_expired(expired, lost, len(first))
         size = len(registry)
         verdict = sp.judge(size)
         if sp.note(verdict, now):
@@ -104,19 +108,18 @@ class Evictor:
             return 0
         budget = self._budget(size, now, per_minute=verdict.guarding)
         evicted = 0
-        for i, lease in enumerate(self._pick(first, expired, budget)):
-            instance = lease.instance
-            lost = weight(lease, window_ms)
+        for i, lease in enumerate(self._pick(first, rest, budget)):
+            instance, weighed = lease.instance, weight(lease, window_ms)
             if registry.evict(instance.app, instance.instance_id, now_ms=now_ms, extra_ms=extra_ms):
                 evicted += 1
-                sp.evicted(lost)
+                sp.evicted(weighed)
             if i % 8 == 7:  # each eviction logs and tells four listeners: look at the time often
                 await pacer.pace()
         self._recent.append((now, evicted))
         log.info(
             "eviction_ran",
             evicted=evicted,
-            expired=len(expired),
+            expired=expired,
             expired_on_peers=len(first),
             budget=budget,
             lateness_ms=extra_ms,
@@ -124,11 +127,9 @@ class Evictor:
         )
         return evicted
 
-    def _pick(self, first: list[Lease], expired: list[Lease], budget: int) -> Iterator[Lease]:
-        """Up to `budget` of the expired leases at random, those in `first` before the rest
-        (a partial Fisher-Yates, as Eureka: only as many draws as are taken)."""
-        taken = set(map(id, first))
-        rest = [lease for lease in expired if id(lease) not in taken] if first else expired
+    def _pick(self, first: list[Lease], rest: list[Lease], budget: int) -> Iterator[Lease]:
+        """Up to `budget` leases at random, those of `first` before those of `rest` (a partial
+        Fisher-Yates, as Eureka: only as many draws as are taken)."""
         for pool in (first, rest):
             for i in range(min(len(pool), budget)):
                 j = self._rng.randrange(i, len(pool))

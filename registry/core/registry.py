@@ -460,8 +460,8 @@ class Registry(OverrideCommands):
                     if stored is None
                     else now_ms + duration_ms
                 ),
-                # A lease the registry holds never renews: no client self-preservation expects
                 counted_from_ms=now_ms + (duration_ms if self._legacy else 0),
+                # A lease the registry holds never renews: no client self-preservation expects
                 carried=stored is not None and not server_held,
             )
             self._statuses[status] += 1
@@ -539,7 +539,8 @@ class Registry(OverrideCommands):
         if self._survives(lease, removal, now_ms):
             return False
         if removal.expired:
-            if lease.grace_until_ms != HELD_FOREVER_MS:
+            renewed = self._renewed(lease)
+            if lease.grace_until_ms != HELD_FOREVER_MS and renewed + lease.duration_ms < now_ms:
                 lease.grace_until_ms = 0
             self.expired_on_peers[removal.app, removal.instance_id] = lease.last_renewal_ms
             return False

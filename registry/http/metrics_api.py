@@ -158,7 +158,8 @@ class RegistryCollector(Collector):
         renews = preservation.renewals_last_minute
         yield _gauge(
             "registry_renews_last_minute",
-            "Renewals in the last complete minute",
+            "Renewals counted in the last complete window (each lease's up to one more than it"
+            " weighs)",
             -1 if renews is None else renews,
         )
         yield _gauge(

@@ -333,13 +333,20 @@ def _propagation_rows(figure: dict[str, Any], *, judged: bool) -> list[Row]:
                     f"{seen['bare_writes_ms']} ms (median of rounds)",
                 )
             )
-    for key, label in (("uncapped", "eviction stall: {} expired"), ("capped", "  capped at {}")):
-        stall = figure["eviction_stall"][key]
-        name = stall["leases"] if key == "uncapped" else f"{stall['max_fraction']:.0%}"
+    for key, label in (
+        ("uncapped", "eviction stall: {} expired"),
+        ("capped", "  capped at {}"),
+        ("window_count", "  self-preservation's count of {} at a window's end"),
+    ):
+        stall = figure["eviction_stall"].get(key)
+        if stall is None:  # a figure from before the count was measured
+            continue
+        name = f"{stall['max_fraction']:.0%}" if key == "capped" else stall["leases"]
+        done = "counted" if key == "window_count" else f"{stall['evicted']} evicted"
         rows.append(
             _row(
                 label.format(name),
-                f"{stall['evicted']} evicted in {stall['sweep_ms']} ms, loop stalled "
+                f"{done} in {stall['sweep_ms']} ms, loop stalled "
                 f"max {stall['longest_stall_ms']} ms (p99 {stall['p99_stall_ms']} ms; "
                 f"{stall['full_collections']} full GCs, longest GC "
                 f"{stall['longest_collection_ms']} ms)",

@@ -88,6 +88,7 @@ async def propagation(plan: Plan) -> dict[str, Any]:
         "eviction_stall": {
             "uncapped": await eviction_stall(sizes.stall_leases, max_fraction=1.0),
             "capped": await eviction_stall(sizes.stall_leases, max_fraction=0.15),
+            "window_count": await eviction_stall(sizes.stall_leases, count=True),
         },
     }
 
@@ -374,26 +375,29 @@ def _sightings(
 # Eviction stall -----------------------------------------------------------------------------
 
 
-async def eviction_stall(leases: int, *, max_fraction: float) -> dict[str, Any]:
-    """One sweep of `leases` expired leases (in STALL_APPS applications), self-preservation off.
+async def eviction_stall(
+    leases: int, *, max_fraction: float = 0.15, count: bool = False
+) -> dict[str, Any]:
+    """One sweep of `leases` expired leases (in STALL_APPS applications), self-preservation off;
+    with `count`, the count of every lease at a window's end instead (self-preservation's).
 
     It runs in this process but on an event loop of its own, in a thread, of the kind the
     server runs on (uvloop when installed): how soon a waiting task gets its turn after the
     sweep yields depends on the loop's order of work. This process's own loop waits meanwhile.
-    The registry has the server's listeners (journal, response cache, change feed,
-    self-preservation), so each eviction costs here what it costs there. Logging is at
+    The registry has the server's listeners (journal, response cache, change feed), so each
+    eviction costs here what it costs there. Logging is at
     STALL_LOG_LEVEL, as the benchmark runs its servers.
     """
     configure(level=STALL_LOG_LEVEL, fmt="json")
-    return await asyncio.to_thread(_on_server_loop, leases, max_fraction)
+    return await asyncio.to_thread(_on_server_loop, leases, max_fraction, count)
 
 
-def _on_server_loop(leases: int, max_fraction: float) -> dict[str, Any]:
+def _on_server_loop(leases: int, max_fraction: float, count: bool) -> dict[str, Any]:
     with asyncio.Runner(loop_factory=new_event_loop) as runner:
-        return runner.run(_sweep_watched(leases, max_fraction))
+        return runner.run(_sweep_watched(leases, max_fraction, count))
 
 
-async def _sweep_watched(leases: int, max_fraction: float) -> dict[str, Any]:
+async def _sweep_watched(leases: int, max_fraction: float, count: bool) -> dict[str, Any]:
     """The sweep, with the loop's wake-up delays and the garbage collections during it."""
     clock = SystemClock()
     registry = Registry()
@@ -402,12 +406,7 @@ async def _sweep_watched(leases: int, max_fraction: float) -> dict[str, Any]:
         registry.register(make(f"i-{k}", app=f"APP{k % STALL_APPS}"), now_ms=long_ago)
     preservation = SelfPreservation(enabled=False)
     journal = DeltaJournal(retention_ms=180_000)
-    for part in (
-        journal,
-        ResponseCache(max_age=30),
-        preservation,
-        ChangeFeed(registry, clock, journal),
-    ):
+    for part in (journal, ResponseCache(max_age=30), ChangeFeed(registry, clock, journal)):
         registry.subscribe(part)
     evictor = Evictor(registry, clock, preservation, interval=5, max_fraction=max_fraction)
     gc.collect()  # the set-up's garbage is not the sweep's
@@ -417,7 +416,9 @@ async def _sweep_watched(leases: int, max_fraction: float) -> dict[str, Any]:
     await asyncio.sleep(0.01)  # the monitor is running
     with collections() as pauses:
         started = time.perf_counter()
-        evicted = await evictor.sweep()
+        evicted = 0 if count else await evictor.sweep()
+        if count:
+            await evictor.end_window()
         seconds = time.perf_counter() - started
     done.set()
     await monitor

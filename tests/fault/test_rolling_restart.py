@@ -171,7 +171,10 @@ async def test_no_instance_is_evicted_and_eviction_resumes(
                     timeout=3 * WINDOW,
                     what=f"{node.host} to evict again",
                 )
-                assert sp["selfPreservation"]["renews-threshold"] > 0
+                # Each of the 20 leases weighs what it delivers, its claim of 3 a window at most
+                # (a restored one its claim, until it has been back a window): T = int(0.85 x
+                # 60) = 51, or a little less where replication coalesced a heartbeat.
+                assert 45 <= sp["selfPreservation"]["renews-threshold"] <= 51, sp
             assert ([], 0) == (clients.failures, clients.reregistered)  # no client noticed
             # Not stuck: one instance stops renewing and is evicted everywhere.
             clients.silent.add("i-0")
