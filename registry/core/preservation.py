@@ -200,8 +200,10 @@ class SelfPreservation:
         or more of the expectation (then it weighs on). A drop that needs the live count
         (`needs_live_count`) is accepted by `accept_lasting_drop` instead."""
         departed = self.departed_clients
-        if not self.enabled or recount_accepted(
-            self.expected_live, self.expected_per_minute, self.percent
+        if (
+            not self.enabled
+            or not self.departed
+            or recount_accepted(self.expected_live, self.expected_per_minute, self.percent)
         ):
             self.departed, self.departed_clients = 0.0, 0
             self.last_recount = (

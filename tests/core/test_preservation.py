@@ -382,6 +382,11 @@ class TestExpiryAndRecount:
         assert (38.0, 0.0) == (sp.expected_per_minute, sp.departed)
         assert sp.last_recount.startswith("accepted 19 leases weighing 38.0 renewals a minute")
 
+    def test_a_recount_with_nothing_evicted_accepts(self):
+        sp = SelfPreservation()
+        sp.recount()
+        assert "accepted 0 leases weighing 0.0 renewals a minute" == sp.last_recount
+
     def test_a_recount_refuses_a_drop_of_15_percent_or_more(self):
         sp = SelfPreservation()
         half_silent(sp)
