@@ -261,7 +261,7 @@ class Dispatcher:
         if dirty_ms is None or at_ms is None:
             self.stats.failed += 1
             return
-        expired = answer.get("expired") is True
+        expired = answer.get("expired") is not False  # as peers/merge.py reads it
         removal = Tombstone(task.app, task.instance_id, dirty_ms, at_ms, expired)
         if self._registry.bury(removal, now_ms=self._clock.wall_ms()):
             log.info(

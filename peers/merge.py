@@ -57,7 +57,9 @@ def removals(document: Mapping[str, Any]) -> list[Tombstone]:
             log.warning("peer_removal_unreadable", detail=str(exc))
             continue
         if app and iid and dirty_ms is not None and at_ms is not None:
-            expired = entry.get("expired") is True  # a release before it said no more
+            # A release before said nothing: taken as evidence (a cancel so taken only waits
+            # for the lease to run out here).
+            expired = entry.get("expired") is not False
             found.append(Tombstone(app.upper(), iid, dirty_ms, at_ms, expired))
     return found
 
@@ -90,6 +92,9 @@ async def merge(
                 renewed = wire.timestamp(
                     lease_info.get("lastRenewalTimestamp"), "leaseInfo.lastRenewalTimestamp"
                 )
+                registered = wire.timestamp(
+                    lease_info.get("registrationTimestamp"), "leaseInfo.registrationTimestamp"
+                )
             except BadInput as exc:
                 log.warning("peer_instance_unreadable", detail=str(exc))
                 continue
@@ -97,7 +102,11 @@ async def merge(
             if renewed + instance.duration_secs * 1000 < now_ms and not held_by_server(instance):
                 continue  # its lease has run out there too (a lease the registry holds never)
             if _wanted(_ours(registry, instance, now_ms), instance):
-                adopted += registry.adopt(instance, now_ms=now_ms, last_renewal_ms=renewed)
+                # Renewed there since it registered: self-preservation expects it to renew.
+                renewing = registered is not None and renewed > registered
+                adopted += registry.adopt(
+                    instance, now_ms=now_ms, last_renewal_ms=renewed, renewing=renewing
+                )
     return adopted
 
 

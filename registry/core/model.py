@@ -125,6 +125,8 @@ class LeaseRecord(Protocol):
     def eviction_ms(self) -> int: ...
     @property
     def service_up_ms(self) -> int: ...
+    @property
+    def renewed(self) -> bool: ...
 
 
 @dataclass(slots=True)
@@ -147,13 +149,15 @@ class Lease:
     # registration here, in the frame of `last_renewal_ms`; 0: from its next renewal);
     # `earlier_renewals` over `earlier_ms` is the stretch before, so that the rate is measured
     # over the last stretch of its life, not all of it; `renewals_seen` is their sum at the
-    # last counting window's end. `carried`: a copy (a store's, a peer's) of a lease that was
-    # renewing before it came here.
+    # last counting window's end. `renewed`: renewed at least once, here or (for a copy)
+    # where it came from; kept in the store. `carried`: a copy (a store's, a peer's) of a
+    # lease that was renewing before it came here.
     counted_from_ms: int = 0
     renewals: int = 0
     earlier_renewals: int = 0
     earlier_ms: int = 0
     renewals_seen: int = 0
+    renewed: bool = False
     carried: bool = False
 
     def renew(self, now_ms: int, legacy: bool = False) -> None:
@@ -185,6 +189,7 @@ class Lease:
             eviction_ms=self.eviction_ms,
             service_up_ms=self.service_up_ms,
             duration_ms=self.duration_ms,
+            renewed=self.renewed,
         )
 
 
@@ -198,6 +203,7 @@ class LeaseSnapshot:
     eviction_ms: int
     service_up_ms: int
     duration_ms: int
+    renewed: bool = False
 
 
 @dataclass(slots=True, frozen=True, kw_only=True)

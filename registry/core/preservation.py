@@ -11,14 +11,15 @@ cluster and for any lease settings, and no client can game it:
   here to its last renewal, over at least a window (a burst weighs no more than it sent) and
   over the last `horizon` of its life at most (`weight`). A lease that stops renewing keeps its
   weight: silence is the evidence, not a reason to expect less. A registration never renewed
-  weighs nothing; a copy of a renewing lease (restored from the store, taken from a peer)
-  weighs its claim until it has been here for a window.
+  weighs nothing; a copy of a lease that was renewing (restored from the store, taken from a
+  peer) weighs its claim until it has been here for a window.
 * `R` counts each lease's renewals up to one more than its weight (what a window's edge can
   add), so that a lease renewing faster than it says cannot hide other leases' silence.
 * A lease evicted here keeps its weight in `E` (`departed`) until a recount accepts the drop, as
-  in Eureka; a cancel (a client saying goodbye) takes it out at once. A peer's eviction is
-  evidence for this node, never an order: its own eviction takes such leases, by this rule
-  (`Registry.bury`), so no node loses more than its own cap, however many peers evict.
+  in Eureka; a cancel (a client saying goodbye) takes it out at the next window's count. A
+  peer's eviction is evidence for this node, never an order: its own eviction takes such
+  leases, by this rule (`Registry.bury`), so no node loses more than its own cap, however many
+  peers evict.
 * Eviction also waits while the leases evicted since the last accepted recount and those
   expired now weigh `1 - p` of `E` or more: with leases much shorter than the window, a mass
   expiry shows there before a window's renewals are counted.

@@ -85,14 +85,17 @@ def _claimed(instance: InstanceInfo) -> InstanceStatus:
 
 
 def _carry_counts(old: Lease, new: Lease) -> None:
-    """A re-registration keeps what its client has delivered (core/preservation.py), over
-    the same span: it is no renewal, though the new lease starts from now."""
-    if old.counted_from_ms:
-        new.counted_from_ms = old.counted_from_ms + new.last_renewal_ms - old.last_renewal_ms
+    """A re-registration keeps what its client has delivered (core/preservation.py) over the
+    time since it was first counted: a registration is no renewal, so a lease that only
+    registers again weighs less and less. (A copy renewed earlier than ours, a peer's, moves
+    the start back as much: its span never shrinks.)"""
+    shrunk = max(0, old.last_renewal_ms - new.last_renewal_ms)
+    new.counted_from_ms = old.counted_from_ms and old.counted_from_ms - shrunk
     new.renewals = old.renewals
     new.earlier_renewals = old.earlier_renewals
     new.earlier_ms = old.earlier_ms
     new.renewals_seen = old.renewals_seen
+    new.renewed = new.renewed or old.renewed
     new.carried = new.carried or old.carried
 
 
@@ -141,6 +144,7 @@ class Registry(OverrideCommands):
         # The subscribers' methods, by the news they take (see `subscribe`).
         self._on_change: list[Callable[[ChangeEvent], None]] = []
         self._on_load: list[Callable[[Registry], None]] = []
+        self._on_first_renewal: list[Callable[[Lease], None]] = []
         self._on_replicate: list[Callable[..., None]] = []
         self._legacy = legacy_lease_expiry
         self._sync_dirty = sync_when_timestamp_differs
@@ -167,6 +171,7 @@ class Registry(OverrideCommands):
             "on_override": self.overrides.listen,
             "on_app_check": self._on_app_check.append,
             "on_hold": self._on_hold.append,
+            "on_first_renewal": self._on_first_renewal.append,
             "on_replicate": self._on_replicate.append,
         }
         for news in wanted(part):
@@ -251,6 +256,7 @@ class Registry(OverrideCommands):
             service_up_ms=existing.service_up_ms if existing is not None else 0,
             decision=decision,
             counted_from_ms=now_ms + (lease_ms if self._legacy else 0),
+            renewed=carried,
             carried=carried,
         )
         if existing is not None:
@@ -402,6 +408,7 @@ class Registry(OverrideCommands):
         *,
         now_ms: int,
         renewals: Iterable[int] | None = None,
+        renewing: Iterable[bool] | None = None,
     ) -> int:
         """Register many instances at once into an empty registry, as registrations from a
         peer would (a warm restart of 100 000 instances). Each gets what `register` would give
@@ -410,8 +417,11 @@ class Registry(OverrideCommands):
 
         `renewals` (one per instance, a store's): the leases keep these last renewals, which
         peers weigh against their removals, and get a lease duration from `now_ms` of grace
-        to be renewed before eviction may take them."""
+        to be renewed before eviction may take them. `renewing` (one per instance, a store's):
+        whether each had been renewed, so that self-preservation expects it to renew (all,
+        when not given)."""
         stored = iter(renewals) if renewals is not None else None
+        renewed = iter(renewing) if renewing is not None else None
         if self._apps:
             raise RegistryError("a bulk load is for an empty registry")
         overrides = self.overrides
@@ -423,6 +433,7 @@ class Registry(OverrideCommands):
             iid = instance.instance_id
             leases = self._apps.setdefault(instance.app, {})
             renewal = now_ms if stored is None else min(next(stored), now_ms)
+            was_renewing = stored is not None and (renewed is None or next(renewed))
             if iid in leases:  # met twice: the second is a re-registration, as ever
                 self.register(instance, now_ms=now_ms, is_replication=True)
                 continue
@@ -462,7 +473,8 @@ class Registry(OverrideCommands):
                 ),
                 counted_from_ms=now_ms + (duration_ms if self._legacy else 0),
                 # A lease the registry holds never renews: no client self-preservation expects
-                carried=stored is not None and not server_held,
+                renewed=was_renewing and not server_held,
+                carried=was_renewing and not server_held,
             )
             self._statuses[status] += 1
             count += 1
@@ -498,7 +510,9 @@ class Registry(OverrideCommands):
             self.app_checks.take_removal(app, at_ms)
         self.index = max(self.index, index)
 
-    def adopt(self, instance: InstanceInfo, *, now_ms: int, last_renewal_ms: int) -> bool:
+    def adopt(
+        self, instance: InstanceInfo, *, now_ms: int, last_renewal_ms: int, renewing: bool = False
+    ) -> bool:
         """Take a peer's copy of an instance as ours (contract 11.4), renewed when it says.
 
         For copies the peer holds newer data for: its answer to our heartbeat (409), start-up
@@ -507,6 +521,7 @@ class Registry(OverrideCommands):
         instance (registry/core/tombstones.py), is refused: returns False. The copy's override is
         taken only where this node has none and removed none (see `merge_overrides`: overrides
         are decided by when the admin set or removed them, not by whose copy is newer).
+        `renewing`: the copy had been renewed there (self-preservation expects it to renew).
         """
         existing = self._apps.get(instance.app, {}).get(instance.instance_id)
         if existing is not None and existing.instance.last_dirty_ms > instance.last_dirty_ms:
@@ -517,7 +532,7 @@ class Registry(OverrideCommands):
                 now_ms=now_ms,
                 is_replication=True,
                 last_renewal_ms=last_renewal_ms,
-                carried=True,
+                carried=renewing,
             )
         except RemovedHere:
             return False
@@ -525,13 +540,13 @@ class Registry(OverrideCommands):
 
     def bury(self, removal: Tombstone, *, now_ms: int) -> bool:
         """A peer's removal of an instance (anti-entropy, start-up sync): our copy goes unless
-        it wins over the removal (registry/core/tombstones.py); the removal is remembered either
-        way it does not lose. Returns whether our copy went.
+        it wins over the removal (registry/core/tombstones.py); the removal is remembered when
+        we hold no copy or ours went. Returns whether our copy went.
 
-        A peer's eviction is evidence, not an order: our copy stays until this node's own
-        eviction takes it, first among the expired, when its self-preservation lets it (so no
-        node loses more than its own cap to its peers' evictions). A restored copy's grace
-        ends: the peer saw no renewal either."""
+        A peer's eviction is evidence, not an order: our copy stays, marked, until this node's
+        own eviction takes it (and leaves its own tombstone), first among the expired, when its
+        self-preservation lets it (so no node loses more than its own cap to its peers'
+        evictions). A restored copy's grace ends: the peer saw no renewal either."""
         lease = self._apps.get(removal.app, {}).get(removal.instance_id)
         if lease is None:
             self.tombstones.put(removal)
@@ -588,6 +603,10 @@ class Registry(OverrideCommands):
             lease.renewals += 1
         else:  # forgotten at a lasting drop: what its client delivers is counted from now
             lease.counted_from_ms = lease.last_renewal_ms
+        if not lease.renewed:  # once per lease: the store keeps that it renews
+            lease.renewed = True
+            for on_first_renewal in self._on_first_renewal:
+                on_first_renewal(lease)
         if (
             last_dirty_ms is not None
             and last_dirty_ms != lease.instance.last_dirty_ms

@@ -23,6 +23,7 @@ NEWS = (
     "on_override",
     "on_app_check",
     "on_hold",
+    "on_first_renewal",
     "on_replicate",
 )
 
@@ -47,6 +48,10 @@ class Subscriber:
     def on_hold(self, lease: Lease) -> None:
         """A check took hold of the instance, or let it go, and its status did not change
         (a change event tells the rest): for the store, which keeps the hold with it."""
+
+    def on_first_renewal(self, lease: Lease) -> None:
+        """A lease was renewed for the first time: the store keeps that it renews, for
+        self-preservation after a restart."""
 
     def on_replicate(
         self,

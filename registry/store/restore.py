@@ -40,7 +40,12 @@ def restore(registry: Registry, journal: DeltaJournal, snapshot: Snapshot, *, no
     )
     # At the time the store read them as registered: most need not be made again.
     now_ms = snapshot.registered_ms or now_ms
-    registry.load(snapshot.instances, now_ms=now_ms, renewals=snapshot.renewals)
+    registry.load(
+        snapshot.instances,
+        now_ms=now_ms,
+        renewals=snapshot.renewals,
+        renewing=snapshot.renewing,
+    )
     for iid, held in snapshot.check_holds.items():  # as stored with the instance's DOWN
         registry.checks.take(iid, held)
     # Changes the last run made after its last write are lost, so its indexes cannot be

@@ -94,8 +94,12 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         "CREATE TABLE app_checks (app TEXT PRIMARY KEY, doc TEXT NOT NULL)",
     ),
     7: (
-        # Whether a removal was an eviction (1) rather than a cancel: for peers, evidence their
-        # own eviction weighs, not an order (registry/core/preservation.py).
-        "ALTER TABLE tombstones ADD COLUMN expired INTEGER NOT NULL DEFAULT 0",
+        # Whether a removal was an eviction (1) rather than a cancel (0): for peers, evidence
+        # their own eviction weighs, not an order (registry/core/preservation.py). Rows written
+        # before are taken as evidence: a cancel so taken only waits for the lease to run out.
+        "ALTER TABLE tombstones ADD COLUMN expired INTEGER NOT NULL DEFAULT 1",
+        # Whether the instance's client had renewed: a restart expects renewals from those
+        # alone. Rows written before were all taken so.
+        "ALTER TABLE instances ADD COLUMN renewed INTEGER NOT NULL DEFAULT 1",
     ),
 }

@@ -104,6 +104,7 @@ class Snapshot:
     epoch: str | None
     registered_ms: int | None = None  # instances were read as registered at this time
     renewals: list[int] = field(default_factory=list)  # each instance's last renewal written
+    renewing: list[bool] = field(default_factory=list)  # whether each had been renewed
     check_holds: dict[str, HeldDown] = field(default_factory=dict)  # by instance id
     tombstones: list[Tombstone] = field(default_factory=list)
     # Overrides removed (deleted, expired) and not set again: (instance id, app, when).
@@ -184,16 +185,17 @@ class Store:
         """What the store holds. A row that cannot be read is skipped with a log line: one bad
         row must not cost the rest (nor stop the start-up). With `registered_ms`, instances
         come as registering them at that time leaves them (see `record.decode`)."""
-        instances, renewals, holds = [], [], dict[str, HeldDown]()
+        instances, renewals, renewing, holds = [], [], [], dict[str, HeldDown]()
         # Only what is read back: at 100 000 rows, the app and id columns' strings cost more
         # than the documents' (0.2 s against 0.08); a bad row's are looked up for its log line.
-        for rowid, doc, renewed, hold in await self._db.execute_fetchall(
-            "SELECT rowid, doc, last_renewal_ms, check_hold FROM instances"
+        for rowid, doc, renewed_ms, renewed, hold in await self._db.execute_fetchall(
+            "SELECT rowid, doc, last_renewal_ms, renewed, check_hold FROM instances"
         ):
             try:
                 instance = _instance(doc, registered_ms)
                 instances.append(instance)
-                renewals.append(renewed)
+                renewals.append(renewed_ms)
+                renewing.append(bool(renewed))
                 if hold is not None:
                     _take_hold(holds, instance, hold)
             except (BadInput, ValueError) as exc:
@@ -242,6 +244,7 @@ class Store:
             epoch,
             registered_ms,
             renewals=renewals,
+            renewing=renewing,
             check_holds=holds,
             tombstones=tombstones,
             override_removals=removals,
@@ -305,9 +308,9 @@ class Store:
             # loop would make it wait for, 5 ms at a time.
             await db.execute(
                 "INSERT OR REPLACE INTO instances "
-                "(app, id, doc, registration_ms, service_up_ms, last_renewal_ms, check_hold) "
-                "SELECT value->>0, value->>1, value->>2, value->>3, value->>4, value->>5, "
-                "value->>6 FROM json_each(?)",
+                "(app, id, doc, registration_ms, service_up_ms, last_renewal_ms, check_hold, "
+                "renewed) SELECT value->>0, value->>1, value->>2, value->>3, value->>4, "
+                "value->>5, value->>6, value->>7 FROM json_each(?)",
                 (rows,),
             )
             # An instance back is no longer removed; one removed leaves its tombstone.
@@ -423,7 +426,7 @@ def _take_hold(holds: dict[str, HeldDown], instance: InstanceInfo, stored: str) 
 
 def _rows(leases: list[LeaseRecord], holds: dict[str, HeldDown]) -> bytes:
     """The instances as one JSON array of rows [app, id, record, registration, service up,
-    last renewal, check hold (JSON text, or null)]."""
+    last renewal, check hold (JSON text, or null), renewed]."""
     return orjson.dumps(
         [
             (
@@ -434,6 +437,7 @@ def _rows(leases: list[LeaseRecord], holds: dict[str, HeldDown]) -> bytes:
                 lease.service_up_ms,
                 lease.last_renewal_ms,
                 _hold(holds.get(lease.instance.instance_id)),
+                lease.renewed,
             )
             for lease in leases
         ]

@@ -173,6 +173,13 @@ class StoreWriter(Subscriber):
         self._received += 1
         self._instances[(instance.app, instance.instance_id)] = lease.snapshot()
 
+    def on_first_renewal(self, lease: Lease) -> None:
+        """Registry listener: a lease renewed for the first time; its row is written again,
+        so that a restart knows its client renews (core/preservation.py)."""
+        instance = lease.instance
+        self._received += 1
+        self._instances[(instance.app, instance.instance_id)] = lease.snapshot()
+
     def on_override(self, change: OverrideChange) -> None:
         """Registry listener: the override's newest state is its row (none when gone), and the
         change a row of its history."""

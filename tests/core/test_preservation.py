@@ -137,10 +137,20 @@ class TestWeight:
     def test_a_reregistration_keeps_what_the_client_delivered(self):
         registry = Registry()
         registered(registry, "i-1", interval=1, duration=5)
-        renew_every(registry, "i-1", every_ms=2900, start=T0, end=T0 + 300 * S)
-        before = weight(lease_of(registry, "i-1"), W)
+        renew_every(registry, "i-1", every_ms=S, start=T0 + S, end=T0 + 301 * S)
         registered(registry, "i-1", interval=1, duration=5, at=T0 + 301 * S)
-        assert before == weight(lease_of(registry, "i-1"), W)
+        assert 60 * 300 / 301 == pytest.approx(weight(lease_of(registry, "i-1"), W))
+
+    def test_registering_again_and_again_is_no_renewal(self):
+        """A lease that renewed every second for ten minutes, then only registers again every
+        2 s for fifteen: it weighs what it sent over the whole 25 minutes, and less as they
+        go (counted as renewals, it would weigh 60 for good)."""
+        registry = Registry()
+        registered(registry, "i-1", interval=1, duration=5)
+        renew_every(registry, "i-1", every_ms=S, start=T0 + S, end=T0 + 601 * S)
+        for at in range(602, 1500, 2):
+            registered(registry, "i-1", interval=1, duration=5, at=T0 + at * S)
+        assert 60 * 600 / 1498 == pytest.approx(weight(lease_of(registry, "i-1"), W))
 
     def test_a_lease_that_slows_down_is_weighed_over_its_last_stretch(self):
         """A lease that renewed every second for an hour and then every 2.9 s for an hour
@@ -168,10 +178,23 @@ class TestWeight:
         renew_every(registry, "i-1", every_ms=2900, start=T0 + 30 * S, end=T0 + 200 * S)
         assert 60 / 2.9 == pytest.approx(weight(lease, W), rel=0.05)
 
-    def test_a_peers_copy_taken_at_start_weighs_its_claim(self):
+    def test_a_peers_copy_of_a_renewing_lease_weighs_its_claim(self):
         registry = Registry()
-        registry.adopt(make("i-1"), now_ms=T0, last_renewal_ms=T0 - 5 * S)
+        registry.adopt(make("i-1"), now_ms=T0, last_renewal_ms=T0 - 5 * S, renewing=True)
         assert 2.0 == weight(lease_of(registry, "i-1"), W)
+
+    def test_a_copy_of_a_lease_never_renewed_weighs_nothing(self):
+        """A registration that claims a renewal a second and never renews weighs nothing
+        where it registered, nor on a peer that copies it, nor after a restart."""
+        registry = Registry()
+        instance = make("i-1", renewal_interval_secs=1, duration_secs=5)
+        registry.adopt(instance, now_ms=T0, last_renewal_ms=T0 - 5 * S)
+        restored = Registry()
+        restored.load([instance], now_ms=T0, renewals=[T0 - 5 * S], renewing=[False])
+        assert (0.0, 0.0) == (
+            weight(lease_of(registry, "i-1"), W),
+            weight(lease_of(restored, "i-1"), W),
+        )
 
     def test_a_replicated_registration_weighs_nothing_until_it_renews(self):
         registry = Registry()

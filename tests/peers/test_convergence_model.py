@@ -145,6 +145,7 @@ class Node(Subscriber):
             index=registry.index,
             epoch=None,
             renewals=[lease.last_renewal_ms for lease in leases],
+            renewing=[lease.renewed for lease in leases],
             tombstones=list(registry.tombstones),
             override_removals=list(registry.overrides.notes.removals()),
         )

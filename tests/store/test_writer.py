@@ -101,8 +101,28 @@ class TestBatches:
             await store.close()
         assert [("a", False), ("b", True)] == sorted((t.instance_id, t.expired) for t in removals)
 
-    async def test_heartbeats_write_nothing(self, registry, writer):
+    async def test_whether_a_client_renews_is_kept(self, registry, writer):
+        """Its first renewal writes the row again: a restart expects renewals from the leases
+        that renewed, and not from registrations that never did."""
         registry.register(make("a"), now_ms=T0)
+        registry.register(make("b"), now_ms=T0)
+        await writer.flush()
+        registry.renew("ORDERS", "a", now_ms=T0 + 30_000)
+        assert 1 == writer.pending
+        await writer.flush()
+        store = await Store.open(writer.path, now_ms=T0)
+        try:
+            snapshot = await store.load()
+        finally:
+            await store.close()
+        ids = [i.instance_id for i in snapshot.instances]
+        renewing = dict(zip(ids, snapshot.renewing, strict=True))
+        assert {"a": True, "b": False} == renewing
+
+    async def test_heartbeats_write_nothing(self, registry, writer):
+        """But the first: see test_whether_a_client_renews_is_kept."""
+        registry.register(make("a"), now_ms=T0)
+        registry.renew("ORDERS", "a", now_ms=T0 + 1)
         await writer.flush()
         registry.renew("ORDERS", "a", now_ms=T0 + 30_000)
         assert 0 == writer.pending
