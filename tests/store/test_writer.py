@@ -38,13 +38,18 @@ async def overrides_and_history(
         await store.close()
 
 
-async def stored(writer: StoreWriter) -> dict[str, InstanceStatus]:
-    """What a fresh connection finds in the store: instance id -> status."""
+async def reloaded(writer: StoreWriter) -> Snapshot:
+    """What a fresh connection reads back of the store."""
     store = await Store.open(writer.path, now_ms=T0)
     try:
-        return {i.instance_id: i.status for i in (await store.load()).instances}
+        return await store.load()
     finally:
         await store.close()
+
+
+async def stored(writer: StoreWriter) -> dict[str, InstanceStatus]:
+    """What a fresh connection finds in the store: instance id -> status."""
+    return {i.instance_id: i.status for i in (await reloaded(writer)).instances}
 
 
 class TestCommit:
@@ -94,11 +99,7 @@ class TestBatches:
         registry.cancel("ORDERS", "a", now_ms=T0 + 1)
         assert registry.evict("ORDERS", "b", now_ms=T0 + 100_000)
         await writer.flush()
-        store = await Store.open(writer.path, now_ms=T0)
-        try:
-            removals = (await store.load()).tombstones
-        finally:
-            await store.close()
+        removals = (await reloaded(writer)).tombstones
         assert [("a", False), ("b", True)] == sorted((t.instance_id, t.expired) for t in removals)
 
     async def test_whether_a_client_renews_is_kept(self, registry, writer):
@@ -110,11 +111,7 @@ class TestBatches:
         registry.renew("ORDERS", "a", now_ms=T0 + 30_000)
         assert 1 == writer.pending
         await writer.flush()
-        store = await Store.open(writer.path, now_ms=T0)
-        try:
-            snapshot = await store.load()
-        finally:
-            await store.close()
+        snapshot = await reloaded(writer)
         ids = [i.instance_id for i in snapshot.instances]
         renewing = dict(zip(ids, snapshot.renewing, strict=True))
         assert {"a": True, "b": False} == renewing
