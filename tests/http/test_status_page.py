@@ -161,6 +161,22 @@ class TestPage:
         assert "1 instance in 1 application" in html
         assert "No peers" in html
 
+    async def test_says_what_self_preservation_holds(self, client, clock):
+        """Twenty leases renewing every 30 s, then half silent past their leases: eviction is
+        held, and the page says how many expired leases it keeps."""
+        registry = client.app[REGISTRY]
+        ids = [f"i-{n}" for n in range(20)]
+        for iid in ids:
+            await register(client, "ORDERS", iid)
+        for step in range(10):
+            await clock.advance(30)
+            for iid in ids if step < 4 else ids[:10]:
+                registry.renew("ORDERS", iid, clock.wall_ms())
+        html = await page_of(client)
+        assert "eviction held" in html
+        assert "10 expired leases kept" in html
+        assert "40 expected from 20 leases" in html
+
     async def test_runs_no_inline_script_or_style(self, client):
         """The policy allows this server's files only, and the page needs nothing else."""
         response = await client.get("/")
