@@ -43,6 +43,19 @@ class RegistryError(Exception):
         return re.sub(r"(?<!^)(?=[A-Z])", "_", type(self).__name__).lower()
 
 
+def shown(value: object, limit: int = 64) -> str:
+    """`value` as an error quotes it, cut at `limit` characters: a refusal never echoes a
+    5 000-digit value whole."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def digits(text: str) -> bool:
+    """Whether `text` is ASCII digits alone: `str.isdecimal` and `int` also take other
+    scripts' digits (full-width ones, say), which no client means as a number."""
+    return text.isascii() and text.isdecimal()
+
+
 class BadInput(RegistryError):
     def __init__(self, field: str, detail: str) -> None:
         super().__init__(f"{field}: {detail}")

@@ -24,7 +24,7 @@ from urllib.parse import quote, urlsplit
 from registry.core.app_checks import MAX_BY, AppCheck
 from registry.core.checks import CHECK_KEY
 from registry.core.model import InstanceInfo
-from registry.errors import BadInput
+from registry.errors import BadInput, shown
 from registry.settings import Settings
 
 KIND = CHECK_KEY
@@ -73,7 +73,7 @@ def check_spec(
     if kind is None:
         return None
     if kind not in KINDS:
-        raise BadInput(f"metadata.{KIND}", f"{kind!r} is not one of {', '.join(KINDS)}")
+        raise BadInput(f"metadata.{KIND}", f"{shown(kind)} is not one of {', '.join(KINDS)}")
     interval = _seconds(metadata, INTERVAL, DEFAULT_INTERVAL, MIN_INTERVAL, MAX_INTERVAL)
     longest = min(MAX_TIMEOUT, interval)  # a check ends before the next is due
     timeout = _seconds(metadata, TIMEOUT, min(DEFAULT_TIMEOUT, longest), 0.1, longest)
@@ -105,24 +105,24 @@ def _spec(
         parts = urlsplit(url)
         host = parts.hostname or ""
     except ValueError:
-        raise BadInput(field, f"{url!r} is not a URL") from None
+        raise BadInput(field, f"{shown(url)} is not a URL") from None
     if parts.scheme not in ("http", "https"):
-        raise BadInput(field, f"{url!r} is not an http:// or https:// URL")
+        raise BadInput(field, f"{shown(url)} is not an http:// or https:// URL")
     if host not in (instance.ip_addr.lower(), instance.host_name.lower()):
         raise BadInput(
             field,
-            f"{url!r} names {host!r}, not this instance ({instance.ip_addr} or "
+            f"{shown(url)} names {host!r}, not this instance ({instance.ip_addr} or "
             f"{instance.host_name}): a check goes to the instance itself only",
         )
     try:
         url_port = parts.port or (443 if parts.scheme == "https" else 80)
     except ValueError:
-        raise BadInput(field, f"{url!r} has an invalid port") from None
+        raise BadInput(field, f"{shown(url)} has an invalid port") from None
     port = _own_port(instance, secure=parts.scheme == "https")
     if url_port != port:
         raise BadInput(
             field,
-            f"{url!r} asks port {url_port}, not this instance's {port}: a check goes to the "
+            f"{shown(url)} asks port {url_port}, not this instance's {port}: a check goes to the "
             "instance's own port only",
         )
     # As a request line carries it: what is not allowed there percent-encoded.
@@ -148,7 +148,7 @@ def app_check_from(app: str, body: object, *, now_ms: int, by: str | None = None
         raise BadInput(unknown[0], f"not a field of a check: {', '.join(_APP_CHECK_FIELDS)}")
     kind = body.get("check")
     if kind not in KINDS:
-        raise BadInput("check", f"{kind!r} is not one of {', '.join(KINDS)}")
+        raise BadInput("check", f"{shown(kind)} is not one of {', '.join(KINDS)}")
     interval = _number(body, "interval", DEFAULT_INTERVAL, MIN_INTERVAL, MAX_INTERVAL)
     longest = min(MAX_TIMEOUT, interval)
     timeout = _number(body, "timeout", min(DEFAULT_TIMEOUT, longest), 0.1, longest)
@@ -167,7 +167,7 @@ def app_check_from(app: str, body: object, *, now_ms: int, by: str | None = None
 def _number(body: Mapping[str, object], key: str, default: float, low: float, high: float) -> float:
     value = body.get(key, default)
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise BadInput(key, f"{value!r} is not a number of seconds")
+        raise BadInput(key, f"{shown(value)} is not a number of seconds")
     if not low <= value <= high:
         raise BadInput(key, f"{value:g} is not from {low:g} to {high:g} seconds")
     return float(value)
@@ -187,11 +187,11 @@ def _seconds(
     if raw is None:
         return default
     try:
-        value = float(raw)
-    except ValueError:
-        raise BadInput(f"metadata.{key}", f"{raw!r} is not a number of seconds") from None
+        value = float(raw.encode("ascii"))  # other scripts' digits are no number here
+    except (UnicodeEncodeError, ValueError):
+        raise BadInput(f"metadata.{key}", f"{shown(raw)} is not a number of seconds") from None
     if not low <= value <= high:
-        raise BadInput(f"metadata.{key}", f"{raw} is not from {low:g} to {high:g} seconds")
+        raise BadInput(f"metadata.{key}", f"{shown(raw)} is not from {low:g} to {high:g} seconds")
     return value
 
 

@@ -11,7 +11,6 @@ statuses, strings that could not be written back as XML, ids that cannot appear 
 from __future__ import annotations
 
 import base64
-import contextlib
 import functools
 import re
 import sys
@@ -30,7 +29,7 @@ from registry.core.model import (
     PortInfo,
     check_metadata_size,
 )
-from registry.errors import BadInput
+from registry.errors import BadInput, digits, shown
 
 # Marks a call as replication from a peer. An istr spares the case-insensitive header lookup
 # from folding the name on every request.
@@ -247,12 +246,13 @@ def integer(value: object, field: str, *, maximum: int = JAVA_INT_MAX) -> int | 
     elif isinstance(value, float) and value.is_integer():
         number = int(value)
     elif isinstance(value, str) and len(value) < 40:
-        with contextlib.suppress(ValueError):
-            number = int(value.strip())
+        text = value.strip()
+        if digits(text.removeprefix("-").removeprefix("+")):
+            number = int(text)
     if number is None:
         raise BadInput(field, f"must be a whole number, not {_short(value)}")
     if not -maximum - 1 <= number <= maximum:
-        raise BadInput(field, f"{number} is out of range (at most {maximum})")
+        raise BadInput(field, f"{shown(number)} is out of range (at most {maximum})")
     return number
 
 
@@ -292,7 +292,7 @@ def boolean(value: object, field: str) -> bool:
         return value
     if isinstance(value, str) and value.strip().lower() in ("true", "false"):
         return value.strip().lower() == "true"
-    raise BadInput(field, f"must be true or false, not {value!r}")
+    raise BadInput(field, f"must be true or false, not {shown(value)}")
 
 
 def _port(value: object, field: str, *, default: PortInfo) -> PortInfo:

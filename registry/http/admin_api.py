@@ -15,7 +15,7 @@ from registry.codec import wire
 from registry.core.model import InstanceStatus
 from registry.core.overrides import Note
 from registry.core.registry import Registry
-from registry.errors import BadInput, NotServed, StoreUnavailable, UnknownInstance
+from registry.errors import BadInput, NotServed, StoreUnavailable, UnknownInstance, shown
 from registry.http import auth, params
 from registry.http.durability import committed
 from rules import CHAIN, trace
@@ -80,7 +80,7 @@ async def update_metadata(request: web.Request) -> web.Response:
         weight.isascii() and weight.isdigit() and 0 < int(weight) <= wire.JAVA_INT_MAX
     ):
         # Spring Cloud LoadBalancer would ignore it and weigh the instance 1: say so now.
-        raise BadInput(f"metadata.{WEIGHT_KEY}", f"{weight!r} is not a whole number above 0")
+        raise BadInput(f"metadata.{WEIGHT_KEY}", f"{shown(weight)} is not a whole number above 0")
     registry, app, iid = request.app[REGISTRY], params.app_name(request), request.match_info["id"]
     now_ms = request.app[CLOCK].wall_ms()
     if any(key.startswith(CHECK_KEYS) for key in entries):  # the check it would ask for

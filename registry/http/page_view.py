@@ -25,7 +25,7 @@ from registry.common.tasks import Pacer
 from registry.core.model import InstanceStatus, Lease
 from registry.core.registry import Registry
 from registry.core.zones import zone_of
-from registry.errors import BadInput
+from registry.errors import BadInput, shown
 
 MAX_ROWS = 500  # instances listed at once
 APPS_PER_PAGE = 100
@@ -67,10 +67,10 @@ def filters_from(query: str) -> Filters:
         try:
             status = InstanceStatus(values["status"])
         except ValueError:
-            raise BadInput("status", f"{values['status']!r} is not a status") from None
+            raise BadInput("status", f"{shown(values['status'])} is not a status") from None
     page = values.get("page") or "1"
     if not (page.isascii() and page.isdigit()) or int(page) < 1:
-        raise BadInput("page", f"{page!r} is not a page number")
+        raise BadInput("page", f"{shown(page)} is not a page number")
     return Filters(
         app=values.get("app", "").strip().upper(),
         status=status,

@@ -13,7 +13,7 @@ from registry.codec import wire
 from registry.codec.wire import REPLICATION_HEADER
 from registry.core.model import InstanceStatus
 from registry.core.overrides import MAX_EXPIRY_MS, MAX_REASON
-from registry.errors import BadInput
+from registry.errors import BadInput, digits, shown
 from registry.reads.interest import MAX_NAMES, Interest
 
 _LAST_DIRTY = "lastDirtyTimestamp="
@@ -114,7 +114,7 @@ def last_dirty_ms(query: str) -> int | None:
         return None
     if start == 0 or query[start - 1] == "&":
         raw = query[start + len(_LAST_DIRTY) :]
-        if raw.isdecimal() and len(raw) < 19:  # what int() reads, within a Java long
+        if digits(raw) and len(raw) < 19:  # what int() reads, within a Java long
             return int(raw)
     value = query_value(query, "lastDirtyTimestamp")
     return None if value is None or value == "" else wire.timestamp(value, "lastDirtyTimestamp")
@@ -150,8 +150,8 @@ def registry_index(raw: str | None, field: str) -> int | None:
     """A registry index (from `?index=` or `Last-Event-ID`), None when not given."""
     if raw is None or raw == "":
         return None
-    if not raw.isdecimal() or len(raw) > 18:
-        raise BadInput(field, f"{raw!r} is not a registry index (a non-negative integer)")
+    if not digits(raw) or len(raw) > 18:
+        raise BadInput(field, f"{shown(raw)} is not a registry index (a non-negative integer)")
     return int(raw)
 
 
@@ -166,8 +166,8 @@ def since_ms(query: str) -> int | None:
     raw = query_value(query, "since")
     if raw is None or raw == "":
         return None
-    if not raw.isdecimal() or len(raw) > 15:
-        raise BadInput("since", f"{raw!r} is not a time in epoch milliseconds")
+    if not digits(raw) or len(raw) > 15:
+        raise BadInput("since", f"{shown(raw)} is not a time in epoch milliseconds")
     return int(raw)
 
 
@@ -197,15 +197,15 @@ def expires_ms(query: str, *, now_ms: int) -> int | None:
             moment = datetime.fromisoformat(raw.strip().replace("Z", "+00:00"))
         except ValueError:
             raise BadInput(
-                "expires", f"{raw!r} is neither a duration (30m, 8h, 7d) nor an ISO 8601 time"
+                "expires", f"{shown(raw)} is neither a duration (30m, 8h, 7d) nor an ISO 8601 time"
             ) from None
         if moment.tzinfo is None:
-            raise BadInput("expires", f"{raw!r} has no UTC offset (add Z or +01:00)")
+            raise BadInput("expires", f"{shown(raw)} has no UTC offset (add Z or +01:00)")
         when = int(moment.timestamp() * 1000)
     if when <= now_ms:
-        raise BadInput("expires", f"{raw!r} is not in the future")
+        raise BadInput("expires", f"{shown(raw)} is not in the future")
     if when - now_ms > MAX_EXPIRY_MS:
-        raise BadInput("expires", f"{raw!r} is more than a year away (omit it: no expiry)")
+        raise BadInput("expires", f"{shown(raw)} is more than a year away (omit it: no expiry)")
     return when
 
 
@@ -216,5 +216,5 @@ def wait_seconds(query: str) -> float | None:
         return None
     match = _DURATION.fullmatch(raw.strip())
     if match is None:
-        raise BadInput("wait", f"{raw!r} is not a duration such as 30s, 500ms or 2m")
+        raise BadInput("wait", f"{shown(raw)} is not a duration such as 30s, 500ms or 2m")
     return float(match[1]) * _UNIT_SECONDS[match[2]]

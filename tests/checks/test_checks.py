@@ -219,6 +219,7 @@ class TestGuardRails:
         [
             ({"registry.check": "icmp"}, "is not one of http, tcp"),
             ({"registry.check.interval": "0.1"}, "is not from 1 to 3600"),
+            ({"registry.check.interval": "\uff15"}, "is not a number of seconds"),
             ({"registry.check.timeout": "soon"}, "is not a number of seconds"),
         ],
     )

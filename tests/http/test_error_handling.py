@@ -201,6 +201,8 @@ class TestWrongTypes:
             pytest.param({"port": {"$": 8080.5, "@enabled": "true"}}, "port.$", id="port-fraction"),
             pytest.param({"port": {"$": 70000, "@enabled": "true"}}, "port.$", id="port-70000"),
             pytest.param({"port": -1}, "port", id="port-negative"),
+            pytest.param({"port": "\uff18\uff10\uff18\uff10"}, "port", id="port-full-width"),
+            pytest.param({"countryId": "1_0"}, "countryId", id="countryId-underscore"),
             pytest.param({"securePort": {"$": 65536}}, "securePort.$", id="securePort-65536"),
             pytest.param(
                 {"port": {"$": 8080, "@enabled": "maybe"}}, "port.@enabled", id="enabled-maybe"
@@ -254,6 +256,19 @@ class TestWrongTypes:
         assert 200 == reads.status, await reads.text()
         await assert_error(response, 400, "bad_input", field)
         await assert_unchanged(client, before)
+
+
+class TestEchoedValues:
+    @pytest.mark.parametrize(
+        "query",
+        ["index=" + "9" * 5000, "index=\uff11\uff12", "index=1&wait=" + "7" * 5000],
+    )
+    async def test_a_refusal_quotes_a_value_cut_short(self, client, query):
+        """Digits of other scripts are no number, and a refusal never echoes a long value
+        whole: 64 characters of it at most."""
+        response = await client.get(f"/eureka/apps/delta?{query}", headers=JSON)
+        body = await assert_error(response, 400, "bad_input")
+        assert len(body["detail"]) < 64 + 60, body
 
 
 class TestStatusValues:
