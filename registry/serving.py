@@ -25,18 +25,20 @@ import asyncio
 import contextlib
 import logging
 import signal
+from collections.abc import Awaitable, Callable
 from http import HTTPStatus
 from typing import Any
 
 import orjson
 import structlog
-from aiohttp import web
+from aiohttp import hdrs, web
 from aiohttp.web_protocol import RequestHandler
 from aiohttp.web_request import BaseRequest
 from aiohttp.web_server import Server
 
 from registry.appkeys import CONNECTIONS, LIFECYCLE, SETTINGS
 from registry.http.connections import Connections, raise_file_limit
+from registry.http.error_handling import error_response
 from registry.http.ratelimit import client_key
 from registry.lifecycle import Phase
 
@@ -132,7 +134,26 @@ class Runner(web.AppRunner):
         assert isinstance(server, _Server)
         server.by_address = self._connections
         server.head_timeout = self._head_timeout
+        server.request_handler = _no_tunnels(server.request_handler)
         return server
+
+
+def _no_tunnels(
+    handle: Callable[[BaseRequest], Awaitable[web.StreamResponse]],
+) -> Callable[[BaseRequest], Awaitable[web.StreamResponse]]:
+    """`handle`, but a CONNECT is refused in JSON and its connection closed: its target is
+    no path, so no route (not even the catch-all) would answer it, and aiohttp reads no body
+    for it, so bytes sent as one would be read as the next request on the connection (a
+    request smuggled past a proxy that reuses its connections)."""
+
+    async def handled(request: BaseRequest) -> web.StreamResponse:
+        if request.method == hdrs.METH_CONNECT:
+            response = error_response(405, "method_not_allowed", "CONNECT is not served here")
+            response.force_close()
+            return response
+        return await handle(request)
+
+    return handled
 
 
 class _Server(Server):

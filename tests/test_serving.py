@@ -77,6 +77,46 @@ async def test_what_the_parser_refuses_gets_a_json_error(port, request_bytes, sa
     assert said.lower() in body["detail"].lower()
 
 
+METHODS = ["GET", "POST", "PUT", "DELETE", "PATCH", "OPTIONS", "TRACE", "PROPFIND", "CONNECT"]
+
+
+@pytest.mark.parametrize(
+    ("method", "target"),
+    [(m, path) for m in METHODS for path in ("/eureka/no-such-thing", "/eureka/apps")]
+    + [("CONNECT", "127.0.0.1:1")],  # the authority form, CONNECT's own
+)
+async def test_a_body_never_becomes_the_next_request(port, method, target):
+    """Whatever the method and target, a request with a body is answered in JSON, and its
+    body is drained or its connection closed: it is never read as a request of its own (a
+    request smuggled behind a proxy that reuses connections). CONNECT is refused outright."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        writer.write(
+            f"{method} {target} HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n".encode()
+            + b"{}"
+            + GET_STATUS
+        )
+        answers = []
+        while len(answers) < 2:
+            try:
+                head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
+            except asyncio.IncompleteReadError:
+                break  # closed after the first answer
+            length = int(head.split(b"Content-Length: ")[1].split(b"\r\n")[0])
+            body = await reader.readexactly(length)
+            answers.append((head.split(b"\r\n")[0].split()[1], head, body))
+    finally:
+        writer.close()
+    status, head, body = answers[0]
+    assert b"application/json" in head, head
+    assert "error" in orjson.loads(body) or status.startswith(b"2"), body
+    assert all(status != b"400" for status, _, _ in answers[1:]), answers
+    if method == "CONNECT":
+        assert (b"405", 1) == (status, len(answers))
+    elif len(answers) == 2:  # drained: the next request on the connection is itself
+        assert answers[1][0] == b"200", answers[1]
+
+
 @pytest.mark.parametrize(
     ("path", "held"),
     [
