@@ -11,6 +11,8 @@ RegistryError               500  a bug: never raised on purpose for bad input
 ├── TooManyRequests         429  a client fetching faster than its bucket allows (Retry-After)
 ├── UnknownInstance         404  no such lease (or it expired, or must re-register)
 ├── UnknownApplication      404  no instance of that application
+├── AmbiguousInstance       409  an instance id asked for without its application, which
+│                                more than one application holds
 ├── NotServed               403  a read this node does not serve now (delta disabled)
 │   └── NotSynced           403  ... because it has not copied the registry from its peers yet
 ├── IndexExpired            410  a watch or long-poll asks for changes no longer kept
@@ -105,6 +107,11 @@ class UnknownInstance(RegistryError):
 
 class UnknownApplication(RegistryError):
     pass
+
+
+class AmbiguousInstance(RegistryError):
+    """`instances/{id}` when more than one application holds the id: answering one of them
+    would let any application that registers the id answer for another's instance."""
 
 
 class NotServed(RegistryError):

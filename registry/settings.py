@@ -46,6 +46,9 @@ class Settings:
     # "user=APP|APP": the client credential `user` may register, renew and cancel instances of
     # those applications only (a credential not listed may act on any; reads are not bound)
     client_applications: tuple[str, ...] = ()
+    # "user=VIP|VIP": more names such a bound credential's instances may give as vipAddress or
+    # secureVipAddress (its applications' own names always; nothing else unless listed here)
+    client_vip_addresses: tuple[str, ...] = ()
     admin_credentials: tuple[str, ...] = field(default=(), repr=False)
     admin_tokens: tuple[str, ...] = field(default=(), repr=False)  # HTTP bearer tokens
     peer_credential: str = field(default="", repr=False)  # sent to peers, and required of them
@@ -60,6 +63,10 @@ class Settings:
     # A lastDirtyTimestamp further ahead of this node's clock is refused: one no clock has
     # reached would win every later conflict, pinning the record against its real owner.
     max_clock_skew: float = 5 * 60 * SECONDS
+    # A registration's own lastDirtyTimestamp further ahead of this node's clock than this is
+    # taken as this far ahead: a client (or one that took its id) dating itself minutes ahead
+    # would otherwise outrank the owner's later registrations on every node for as long.
+    client_clock_skew: float = 5 * SECONDS
     # Self-preservation: hold eviction when renewals drop as if the network failed
     self_preservation: bool = True
     renewal_percent_threshold: float = 0.85
@@ -197,6 +204,10 @@ class Settings:
                 raise SettingsError(
                     f"{key}: must be above 0 and at most 1, not {getattr(self, key)}"
                 )
+        if not 0 <= self.client_clock_skew <= self.max_clock_skew:
+            raise SettingsError(
+                f"client_clock_skew: must be from 0 to max_clock_skew, not {self.client_clock_skew}"
+            )
         if not 0 <= self.removal_margin <= self.max_clock_skew:
             raise SettingsError(
                 f"removal_margin: must be from 0 to max_clock_skew, not {self.removal_margin}"
@@ -294,10 +305,17 @@ class Settings:
         if self.peer_credential:
             _check_basic("peer_credential", self.peer_credential)
         users = {c.partition(":")[0] for c in self.client_credentials}
-        for user in client_applications(self.client_applications):
+        bound = client_applications(self.client_applications)
+        for user in bound:
             if user not in users:
                 raise SettingsError(
                     f"client_applications: {user!r} is the user of no client credential"
+                )
+        for user in client_vip_addresses(self.client_vip_addresses):
+            if user not in bound:
+                raise SettingsError(
+                    f"client_vip_addresses: {user!r} is bound to no application "
+                    "(client_applications); an unbound credential may give any VIP address"
                 )
         for token in self.admin_tokens:
             if not token or any(c.isspace() for c in token):
@@ -485,13 +503,23 @@ def _text_list(key: str, value: Any) -> tuple[str, ...]:
 
 def client_applications(entries: tuple[str, ...]) -> dict[str, frozenset[str]]:
     """`client_applications` read: user -> the applications (upper case) it may act on."""
+    return _bindings("client_applications", "APP", entries)
+
+
+def client_vip_addresses(entries: tuple[str, ...]) -> dict[str, frozenset[str]]:
+    """`client_vip_addresses` read: user -> the further VIP addresses (upper case) its
+    instances may give."""
+    return _bindings("client_vip_addresses", "VIP", entries)
+
+
+def _bindings(key: str, what: str, entries: tuple[str, ...]) -> dict[str, frozenset[str]]:
+    """`user=NAME|NAME` entries read: user -> the names, upper case (a user listed twice gets
+    both entries' names)."""
     bound: dict[str, frozenset[str]] = {}
     for entry in entries:
-        user, _, apps = entry.partition("=")
-        names = frozenset(a.strip().upper() for a in apps.split("|") if a.strip())
+        user, _, listed = entry.partition("=")
+        names = frozenset(a.strip().upper() for a in listed.split("|") if a.strip())
         if not user.strip() or not names:
-            raise SettingsError(
-                f"client_applications: {entry!r} is not user=APP or user=APP|APP|..."
-            )
+            raise SettingsError(f"{key}: {entry!r} is not user={what} or user={what}|{what}|...")
         bound[user.strip()] = bound.get(user.strip(), frozenset()) | names
     return bound

@@ -41,6 +41,7 @@ from registry.core.overrides import Note, OverrideAction, Overrides
 from registry.core.subscriber import Subscriber, wanted
 from registry.core.tombstones import Tombstone, Tombstones
 from registry.errors import (
+    AmbiguousInstance,
     LimitReached,
     RegistryError,
     RemovedHere,
@@ -706,12 +707,32 @@ class Registry(OverrideCommands):
         return lease is not None and lease.instance.last_dirty_ms > instance.last_dirty_ms
 
     def find(self, instance_id: str, *, now_ms: int) -> Lease:
-        """The live lease with this instance id, in whichever application holds it."""
+        """The live lease with this instance id, in whichever application holds it (the first
+        found, where several do: for what is keyed by the id alone, as overrides are)."""
         for leases in self._apps.values():
             lease = leases.get(instance_id)
             if lease is not None and not lease.is_expired(now_ms):
                 return lease
         raise UnknownInstance(f"no instance {instance_id!r}")
+
+    def find_only(self, instance_id: str, *, now_ms: int) -> Lease:
+        """The live lease with this instance id, which one application alone may hold. An id
+        is unique within its application only: held by several, no answer is the right one
+        (the first found would be whichever application came first: one that registered the
+        id to answer for another's instance, say)."""
+        found = [
+            lease
+            for leases in self._apps.values()
+            if (lease := leases.get(instance_id)) is not None and not lease.is_expired(now_ms)
+        ]
+        if len(found) > 1:
+            apps = ", ".join(sorted(lease.instance.app for lease in found))
+            raise AmbiguousInstance(
+                f"instance {instance_id!r} is held by {apps}: ask for apps/{{app}}/{{id}}"
+            )
+        if not found:
+            raise UnknownInstance(f"no instance {instance_id!r}")
+        return found[0]
 
     def applications(self) -> Iterator[tuple[str, Collection[Lease]]]:
         """Each application that has instances, with its leases (expired ones included)."""

@@ -171,7 +171,12 @@ METADATA = _op(
     {"200": _NO_BODY, "400": BAD, "404": NOT_FOUND},
 )
 INSTANCE_BY_ID = _op(
-    "One instance, in whichever application", {"200": _EUREKA_DOC, "404": NOT_FOUND}
+    "One instance, in whichever application holds its id",
+    {
+        "200": _EUREKA_DOC,
+        "404": NOT_FOUND,
+        "409": _error("More than one application holds the id: ask apps/{app}/{id}."),
+    },
 )
 VIPS = _op(
     "Instances by VIP address",

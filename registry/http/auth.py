@@ -21,12 +21,14 @@ from __future__ import annotations
 
 import enum
 import functools
+from collections.abc import Callable
 from urllib.parse import urlsplit
 
 from aiohttp import hdrs, web
 
 from registry.appkeys import CREDENTIALS, SETTINGS
-from registry.errors import Forbidden, Unauthorized
+from registry.core.model import InstanceInfo
+from registry.errors import Forbidden, Unauthorized, shown
 from registry.http.answering import Check
 from registry.http.credentials import Credentials, Role
 from registry.http.params import is_replication
@@ -109,16 +111,47 @@ def may_act_on(request: web.Request, app: str) -> None:
     """Refuse (403) a client credential bound to other applications than `app`
     (`client_applications`): it may register, renew and cancel its own applications' instances
     only. Admins and peers act on any; an unbound client credential, on any as well."""
-    credentials = request.app[CREDENTIALS]
-    if credentials is None or not credentials.applications:
-        return
-    user = client_user(request)
-    apps = credentials.applications.get(user) if user is not None else None
+    apps = _bound(request, lambda credentials: credentials.applications)
     if apps is not None and app not in apps:
         raise Forbidden(
-            f"the client credential {user!r} acts on instances of {', '.join(sorted(apps))} "
-            f"only, not of {app} (client_applications)"
+            f"the client credential {client_user(request)!r} acts on instances of "
+            f"{', '.join(sorted(apps))} only, not of {app} (client_applications)"
         )
+
+
+def may_give_vips(request: web.Request, instance: InstanceInfo) -> None:
+    """Refuse (403) an instance whose VIP or secure VIP address names what its bound client
+    credential does not own: callers resolve a service by its VIP address (Spring Cloud's load
+    balancer does), so a name given here would draw another service's traffic. A bound
+    credential owns its applications' names, in any case, and those `client_vip_addresses`
+    lists for it; an unbound one, admins and peers give any."""
+    names = _bound(request, lambda credentials: credentials.vip_addresses)
+    if names is None:
+        return
+    for field, addresses in (
+        ("vipAddress", instance.vip_address),
+        ("secureVipAddress", instance.secure_vip_address),
+    ):
+        # Split as the VIP reads split them (reads/payloads.py): on commas, nothing trimmed.
+        for name in (addresses or "").split(","):
+            if name and name.upper() not in names:
+                raise Forbidden(
+                    f"{field}: the client credential {client_user(request)!r} gives "
+                    f"{', '.join(sorted(names))} only, not {shown(name)} "
+                    "(client_applications, client_vip_addresses)"
+                )
+
+
+def _bound(
+    request: web.Request, names: Callable[[Credentials], dict[str, frozenset[str]]]
+) -> frozenset[str] | None:
+    """The names this request's client credential is bound to, by `names`; None when unbound
+    (an admin's or a peer's, a client credential not listed, or no credentials at all)."""
+    credentials = request.app[CREDENTIALS]
+    if credentials is None or not credentials.applications:
+        return None
+    user = client_user(request)
+    return names(credentials).get(user) if user is not None else None
 
 
 def client_user(request: web.Request) -> str | None:

@@ -13,7 +13,7 @@ import enum
 import hashlib
 import hmac
 
-from registry.settings import Settings, client_applications
+from registry.settings import Settings, client_applications, client_vip_addresses
 
 
 class Role(enum.Flag):
@@ -46,6 +46,12 @@ class Credentials:
         self._tokens = [(_digest(t.encode()), Role.ADMIN) for t in settings.admin_tokens]
         # Client users bound to applications (`client_applications`); others are not bound.
         self.applications = client_applications(settings.client_applications)
+        # The names their instances may give as VIP addresses: their applications' and those
+        # `client_vip_addresses` adds (upper case: compared whatever the case).
+        listed = client_vip_addresses(settings.client_vip_addresses)
+        self.vip_addresses = {
+            user: apps | listed.get(user, frozenset()) for user, apps in self.applications.items()
+        }
         self.configured = Role.NONE
         for _, role in self._basic:
             self.configured |= role

@@ -175,8 +175,9 @@ async def instance(request: web.Request) -> web.Response:
 
 
 async def instance_by_id(request: web.Request) -> web.Response:
-    """GET instances/{id}: the same, in whichever application holds the id."""
-    lease = request.app[REGISTRY].find(
+    """GET instances/{id}: the same, in the one application that holds the id (409 when
+    several do)."""
+    lease = request.app[REGISTRY].find_only(
         request.match_info["id"], now_ms=request.app[CLOCK].wall_ms()
     )
     return _instance_payload(request, lease)

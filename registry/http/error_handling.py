@@ -36,6 +36,7 @@ STATUS_FOR: dict[type, int] = {
     errors.TooManyRequests: 429,
     errors.UnknownInstance: 404,
     errors.UnknownApplication: 404,
+    errors.AmbiguousInstance: 409,
     errors.NotServed: 403,
     errors.StaleReplica: 409,
     errors.LimitReached: 403,

@@ -20,6 +20,7 @@ from registry.http import auth, params
 from registry.http.credentials import Credentials
 from registry.http.durability import committed
 from registry.http.negotiation import read_document
+from registry.settings import Settings
 
 
 def _may_hold_lease(request: web.Request, instance: InstanceInfo) -> None:
@@ -55,7 +56,10 @@ async def register(request: web.Request) -> web.Response:
         skew_ms=params.skew_ms(request),
     )
     replication = params.is_replication(request)
+    dated_ahead = None
     if not replication:  # a peer's copy was held to these where it was registered
+        instance, dated_ahead = _dated_here(instance, now_ms, request.app[SETTINGS])
+        auth.may_give_vips(request, instance)
         refuse_bad_check(instance, request.app[SETTINGS])
         if held_by_server(instance):
             _may_hold_lease(request, instance)
@@ -99,7 +103,28 @@ async def register(request: web.Request) -> web.Response:
                 f"(lastDirtyTimestamp {kept.last_dirty_ms}, yours {instance.last_dirty_ms})"
             },
         )
+    if dated_ahead is not None:
+        return web.Response(status=204, headers={REGISTRATION_HEADER: dated_ahead})
     return web.Response(status=204)
+
+
+def _dated_here(
+    instance: InstanceInfo, now_ms: int, settings: Settings
+) -> tuple[InstanceInfo, str | None]:
+    """`instance` with its lastDirtyTimestamp at most `client_clock_skew` ahead of this node's
+    clock, and what to tell its client if it was further. The timestamp decides which of two
+    registrations of an id wins, here and, replicated, on every node: one dated minutes ahead
+    would outrank its owner's later ones for minutes. Its client, still holding its own
+    timestamp, is answered 404 at a heartbeat while ours is behind and registers again: one
+    registration a heartbeat until its clock and ours agree within the skew."""
+    lead_ms = int(settings.client_clock_skew * 1000)
+    if instance.last_dirty_ms - now_ms <= lead_ms:
+        return instance, None
+    said = (
+        f"dated ahead: lastDirtyTimestamp {instance.last_dirty_ms} taken as {now_ms + lead_ms}, "
+        f"{settings.client_clock_skew:g} s ahead of this node's clock (client_clock_skew)"
+    )
+    return replace(instance, last_dirty_ms=now_ms + lead_ms), said
 
 
 def heartbeat_handler(

@@ -392,3 +392,41 @@ async def test_a_bound_credential_cannot_cancel_or_take_another_services_instanc
         assert longest < PROBE_BOUND, longest
         async with session.get(eureka + "apps/ORDERS/p-1", headers=JSON | orders) as r:
             assert "10.0.0.5" == orjson.loads(await r.read())["instance"]["ipAddr"]
+
+
+async def test_a_bound_credential_cannot_draw_another_services_traffic(
+    bound: ServerProcess,
+) -> None:
+    """Billing's credential registering a BILLING instance that gives `orders` as its VIP and
+    secure VIP address was listed by `vips/orders` beside ORDERS (and alone by
+    `svips/orders`): Spring Cloud's load balancer resolves a service id through VIPs, so callers
+    of orders were balanced onto it. Registering `BILLING/p-1` made `instances/p-1` answer
+    billing's copy for orders' instance. Now: 403 for the VIP, and no answer but 409 for an id
+    two applications hold."""
+    orders, billing = auth("orders:o-pw"), auth("billing:b-pw")
+    async with Server.probing(bound, "orders:o-pw", "ORDERS") as server:
+        session, eureka = server.session, server.eureka
+
+        async def register(doc: dict[str, Any]) -> int:
+            async with session.post(
+                eureka + "apps/BILLING", json={"instance": doc}, headers=billing
+            ) as r:
+                return r.status
+
+        async def attack() -> list[int]:
+            decoy = dict(ipAddr="10.6.6.6", vipAddress="orders", secureVipAddress="orders")
+            return [
+                await register(instance_doc("BILLING", "b-1", **decoy)),
+                await register(instance_doc("BILLING", "b-2", vipAddress="billing,orders")),
+                await register(instance_doc("BILLING", "p-1", ipAddr="10.6.6.6")),
+            ]
+
+        statuses, longest = await server.probed(attack())
+        assert [403, 403, 204] == statuses
+        assert longest < PROBE_BOUND, longest
+        for path in ("vips/orders", "svips/orders"):
+            async with session.get(eureka + path, headers=JSON | orders) as r:
+                apps = orjson.loads(await r.read())["applications"]["application"]
+                assert ["ORDERS"] == [app["name"] for app in apps]
+        async with session.get(eureka + "instances/p-1", headers=JSON | orders) as r:
+            assert (409, "ambiguous_instance") == (r.status, orjson.loads(await r.read())["error"])

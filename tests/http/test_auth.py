@@ -315,6 +315,7 @@ class TestCredentialsBoundToApplications:
             client_credentials=("orders:o-pw", "billing:b-pw"),
             admin_credentials=(f"ops:{ADMIN_PW}",),
             client_applications=("orders=ORDERS|ORDERS-WORKER",),
+            client_vip_addresses=("orders=orders.internal",),
         )
 
     @pytest.fixture
@@ -349,6 +350,52 @@ class TestCredentialsBoundToApplications:
             lease.instance.instance_id for lease in registry_of(client).leases()
         }
 
+    async def register(self, client, app: str, who: dict[str, str], **fields: str) -> int:
+        doc = instance_doc(app, f"{app.lower()}-1", **fields)
+        response = await client.post(
+            f"/eureka/apps/{app}",
+            data=orjson.dumps({"instance": doc}),
+            headers={**who, "Content-Type": "application/json"},
+        )
+        if response.status == 403:
+            assert "vipaddress: the client credential" in (await response.json())["detail"].lower()
+        return response.status
+
+    @pytest.mark.parametrize(
+        "fields",
+        [
+            {"vipAddress": "billing"},
+            {"secureVipAddress": "billing"},
+            {"vipAddress": "orders,billing"},  # VIP reads split on commas
+            {"vipAddress": "orders", "secureVipAddress": "BILLING"},
+            {"vipAddress": "orders-api"},  # not listed for this credential
+        ],
+    )
+    async def test_a_bound_credential_gives_no_vip_address_it_does_not_own(self, client, fields):
+        """Callers resolve a service by its VIP address: one given by another credential's
+        instance would draw that service's traffic. Refused, and nothing registered."""
+        assert 403 == await self.register(client, "ORDERS", basic("orders", "o-pw"), **fields)
+        assert [] == list(registry_of(client).leases())
+        reader = {**basic("billing", "b-pw"), "Accept": "application/json"}
+        vips = await client.get("/eureka/vips/billing", headers=reader)
+        assert [] == (await vips.json())["applications"]["application"]
+
+    async def test_a_bound_credential_gives_its_own_names_and_those_listed(self, client):
+        orders = basic("orders", "o-pw")
+        for fields in (
+            {"vipAddress": "orders", "secureVipAddress": "ORDERS"},
+            {"vipAddress": "orders-worker,Orders"},
+            {"vipAddress": "orders.internal", "secureVipAddress": "orders.internal"},
+        ):
+            assert 204 == await self.register(client, "ORDERS", orders, **fields)
+        # Unbound and admin credentials give any name, as they may register any application.
+        assert 204 == await self.register(
+            client, "BILLING", basic("billing", "b-pw"), vipAddress="orders"
+        )
+        assert 204 == await self.register(
+            client, "PAY", basic("ops", ADMIN_PW), vipAddress="billing"
+        )
+
     @pytest.mark.parametrize(
         ("entry", "says"),
         [("nobody=ORDERS", "is the user of no client credential"), ("orders=", "not user=APP")],
@@ -356,6 +403,14 @@ class TestCredentialsBoundToApplications:
     def test_a_binding_must_name_a_client_user_and_applications(self, entry, says):
         with pytest.raises(SettingsError, match=says):
             Settings(client_credentials=("orders:pw",), client_applications=(entry,))
+
+    def test_vip_addresses_are_listed_for_bound_credentials_only(self):
+        with pytest.raises(SettingsError, match="is bound to no application"):
+            Settings(
+                client_credentials=("orders:pw", "billing:pw"),
+                client_applications=("orders=ORDERS",),
+                client_vip_addresses=("billing=billing-api",),
+            )
 
 
 async def test_a_registration_older_than_ours_says_it_was_ignored(client):

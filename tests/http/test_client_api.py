@@ -182,6 +182,86 @@ class TestHeartbeat:
         assert {"i-1": "OUT_OF_SERVICE"} == dict(registry_of(client).overrides)
 
 
+class TestRegistrationsDatedAhead:
+    """A registration's lastDirtyTimestamp decides which of two registrations of an id wins,
+    on every node once replicated. One dated ahead of the node's clock is taken at most
+    `client_clock_skew` (5 s) ahead: no credential can pin an id against its owner's later
+    registrations for the minutes `max_clock_skew` allows."""
+
+    @staticmethod
+    def ahead(clock, seconds: float) -> str:
+        return str(clock.wall_ms() + int(seconds * 1000))
+
+    async def test_a_registration_dated_minutes_ahead_does_not_outrank_a_later_one(
+        self, client, clock
+    ):
+        pinned = await client.post(
+            "/eureka/apps/ORDERS",
+            data=orjson.dumps(
+                {
+                    "instance": instance_doc(
+                        ipAddr="10.6.6.6", lastDirtyTimestamp=self.ahead(clock, 290)
+                    )
+                }
+            ),
+            headers={"Content-Type": "application/json"},
+        )
+        assert pinned.headers["X-Registry-Registration"].startswith("dated ahead")
+        held = registry_of(client).get("ORDERS", "i-1", now_ms=clock.wall_ms()).instance
+        assert clock.wall_ms() + 5_000 == held.last_dirty_ms
+        await clock.advance(6)
+        await register(client, lastDirtyTimestamp=self.ahead(clock, 0))  # the owner, later
+        assert (
+            "10.0.0.5"
+            == (await fetch_json(client, "/eureka/apps/ORDERS/i-1"))["instance"]["ipAddr"]
+        )
+
+    async def test_a_client_running_ahead_registers_again_until_the_clocks_agree(
+        self, client, clock
+    ):
+        """Its client keeps its own timestamp: while ours is behind it, a heartbeat answers
+        404 and it registers again, one registration a heartbeat, then renews."""
+        stamp = self.ahead(clock, 40)
+        await register(client, lastDirtyTimestamp=stamp)
+        heartbeat = f"/eureka/apps/ORDERS/i-1?lastDirtyTimestamp={stamp}"
+        rounds = 0
+        while (await client.put(heartbeat)).status == 404:
+            rounds += 1
+            await clock.advance(30)
+            await register(client, lastDirtyTimestamp=stamp)
+        assert 2 == rounds  # taken as +5 s, then at +30 s as +35 s, then at +60 s as it is
+        assert (
+            int(stamp)
+            == registry_of(client)
+            .get("ORDERS", "i-1", now_ms=clock.wall_ms())
+            .instance.last_dirty_ms
+        )
+
+    async def test_within_the_skew_a_timestamp_is_kept_as_it_is(self, client, clock):
+        stamp = self.ahead(clock, 4.5)
+        response = await client.post(
+            "/eureka/apps/ORDERS",
+            data=orjson.dumps({"instance": instance_doc(lastDirtyTimestamp=stamp)}),
+            headers={"Content-Type": "application/json"},
+        )
+        assert "X-Registry-Registration" not in response.headers
+        assert (
+            200 == (await client.put(f"/eureka/apps/ORDERS/i-1?lastDirtyTimestamp={stamp}")).status
+        )
+
+    async def test_a_peers_copy_keeps_its_timestamp(self, client, clock):
+        """A peer's copy was dated where it was registered, and is kept as it came."""
+        stamp = self.ahead(clock, 60)
+        response = await client.post(
+            "/eureka/apps/ORDERS",
+            data=orjson.dumps({"instance": instance_doc(lastDirtyTimestamp=stamp)}),
+            headers={"Content-Type": "application/json", **REPLICATION},
+        )
+        assert 204 == response.status
+        held = registry_of(client).get("ORDERS", "i-1", now_ms=clock.wall_ms()).instance
+        assert int(stamp) == held.last_dirty_ms
+
+
 class TestCancel:
     async def test_cancel_is_200_then_404(self, client):
         """Cancelling removes the instance; cancelling again finds nothing."""

@@ -149,6 +149,20 @@ class TestApplicationAndInstance:
         assert "PAYMENTS" == doc["instance"]["app"]
         assert 404 == (await client.get("/eureka/instances/zzz")).status
 
+    async def test_an_id_several_applications_hold_has_no_one_answer(self, client):
+        """Ids are unique within an application only. The first found would be whichever
+        application came first: an instance registered under another application's id would
+        answer for it. 409 naming both; each is still found with its application."""
+        await register(client, "PAYMENTS", "p-1")
+        await register(client, "ORDERS", "p-1", ipAddr="10.6.6.6")
+        response = await client.get("/eureka/instances/p-1")
+        assert (409, "ambiguous_instance") == (response.status, (await response.json())["error"])
+        assert "ORDERS, PAYMENTS" in (await response.json())["detail"]
+        doc = await fetch_json(client, "/eureka/apps/PAYMENTS/p-1")
+        assert "10.0.0.5" == doc["instance"]["ipAddr"]
+        await client.delete("/eureka/apps/ORDERS/p-1")
+        assert "PAYMENTS" == (await fetch_json(client, "/eureka/instances/p-1"))["instance"]["app"]
+
 
 class TestVips:
     async def test_vip_matches_one_name_of_a_comma_list_exactly(self, client):
