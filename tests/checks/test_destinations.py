@@ -147,3 +147,18 @@ class TestQuota:
         quota.forget("i-2")
         quota.admit("alice", "i-3")
         assert (1, 1) == (quota.held_by("alice"), quota.refused)
+
+
+class TestClientsOff:
+    def test_a_clients_check_is_refused_naming_the_field(self):
+        doc = instance_doc("ORDERS", "i-1", ipAddr="8.8.4.4", metadata={"registry.check": "tcp"})
+        instance = instance_from_wire(doc, now_ms=0, expected_app="ORDERS")
+        off = Settings(health_check_clients=False)
+        with pytest.raises(BadInput) as refused:
+            check_spec(instance, Destinations(off), off)
+        assert "metadata.registry.check" == refused.value.field
+        # An admin's instance (the registry holds its lease) is checked all the same.
+        held = {"registry.check": "tcp", "registry.lease": "server"}
+        doc = instance_doc("ORDERS", "i-2", ipAddr="10.0.0.9", metadata=held)
+        instance = instance_from_wire(doc, now_ms=0, expected_app="ORDERS")
+        assert check_spec(instance, Destinations(off), off) is not None
