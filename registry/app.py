@@ -212,6 +212,7 @@ async def _checks(app: web.Application) -> AsyncIterator[None]:
         _release_holds(app[REGISTRY], app[CLOCK].wall_ms())
         yield
         return
+    await checker.find_own_addresses()  # refused as destinations before a check is asked
     loops = Loops(app[CLOCK])
     loops.start(checker.run, name="health_checks")
     yield

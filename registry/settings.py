@@ -131,6 +131,15 @@ class Settings:
     # Server-side health checks an instance asks for in its metadata (registry/checks/)
     health_checks: bool = True
     health_check_loopback: bool = False  # checks to loopback and link-local addresses (tests)
+    # Whether an instance's metadata may ask for a check (admins' checks are not affected)
+    health_check_clients: bool = True
+    # Where a check to an address a client gave may go besides public (globally routable)
+    # addresses: the networks instances live in (registry/checks/destinations.py)
+    health_check_networks: tuple[str, ...] = ()
+    health_check_min_interval: float = 5 * SECONDS  # a client's check: at most this often
+    health_check_rate_per_address: float = 10.0  # checks started a second towards one address
+    # Instances with a check one client credential registered on this node; 0: no cap
+    health_check_max_per_credential: int = 1000
     health_check_rate: float = 1000.0  # checks started a second, all instances together
     health_check_concurrency: int = 256  # checks running at once
     health_check_failures: int = 3  # in a row: the instance is held DOWN
@@ -225,10 +234,7 @@ class Settings:
         ):
             if getattr(self, key) < 0:
                 raise SettingsError(f"{key}: must not be negative")
-        if self.health_check_rate < 1:
-            raise SettingsError(
-                f"health_check_rate: at least 1 check a second, not {self.health_check_rate}"
-            )
+        self._check_health_checks()
         for key in (
             "replication_batch_size",
             "replication_max_pending",
@@ -261,6 +267,25 @@ class Settings:
             raise SettingsError(f"log_format: {self.log_format!r} is not one of {LOG_FORMATS}")
         if self.log_level not in LOG_LEVELS:
             raise SettingsError(f"log_level: {self.log_level!r} is not one of {LOG_LEVELS}")
+
+    def _check_health_checks(self) -> None:
+        for key in ("health_check_rate", "health_check_rate_per_address"):
+            if getattr(self, key) < 1:
+                raise SettingsError(f"{key}: at least 1 check a second, not {getattr(self, key)}")
+        if not 1 <= self.health_check_min_interval <= 3600:
+            raise SettingsError(
+                "health_check_min_interval: from 1 to 3600 seconds, not "
+                f"{self.health_check_min_interval}"
+            )
+        if self.health_check_max_per_credential < 0:
+            raise SettingsError("health_check_max_per_credential: must not be negative")
+        for network in self.health_check_networks:
+            try:
+                ipaddress.ip_network(network, strict=False)
+            except ValueError:
+                raise SettingsError(
+                    f"health_check_networks: {network!r} is not a network (10.0.0.0/8)"
+                ) from None
 
     def _check_trusted_proxies(self) -> None:
         for proxy in self.trusted_proxies:

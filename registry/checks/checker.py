@@ -2,7 +2,12 @@
 that this node is the one to check (registry/checks/owner.py: one node per instance among those
 that answer; the verdicts replicate), on its own schedule, started with jitter (a deploy's
 instances, registered together, are not checked together), at most `health_check_rate`
-started a second and `health_check_concurrency` running at once, each bounded by its timeout.
+started a second (registry/checks/pacing.py), `health_check_rate_per_address` towards one
+address, and `health_check_concurrency` running at once, each bounded by its timeout. A check
+that cannot start before its next one is due is skipped, and counted by why (`stats.skipped`):
+its address's rate, the node's rate (behind), or its last check still running. Where a check
+may go is registry/checks/destinations.py's to say; how many instances one client credential
+may have checked, registry/checks/quota.py's.
 
 `health_check_failures` failures in a row hold the instance DOWN, `health_check_successes`
 successes in a row release it (`Registry.check_failed` / `check_passed`: the core decides
@@ -15,14 +20,18 @@ from __future__ import annotations
 import asyncio
 import heapq
 import random
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import structlog
 
+from registry.checks.destinations import Destinations, own_addresses
 from registry.checks.owner import owner
+from registry.checks.pacing import AddressSlots, node_bucket
 from registry.checks.probe import Outcome, probe
+from registry.checks.quota import CheckQuota
 from registry.checks.spec import CheckSpec, check_spec
 from registry.common.clock import Clock
 from registry.common.tasks import Pacer, wait_set
@@ -37,6 +46,8 @@ from registry.settings import Settings
 
 log = structlog.get_logger()
 
+# Why a check was not run (CheckStats.skipped), as /metrics and the page list them
+SKIP_REASONS = ("address_rate", "behind", "still_running", "credential_limit")
 LATENCY_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 2.0, 5.0, 30.0)
 
 
@@ -50,6 +61,8 @@ class Checked:
     last: Outcome | None = None
     last_at_ms: int = 0
     running: bool = False
+    due_at: float = 0.0  # monotonic: when its check fell due (a later turn keeps it)
+    has_turn: bool = False  # waits for the turn at its address it took
 
 
 @dataclass(slots=True)
@@ -57,6 +70,9 @@ class CheckStats:
     checks: int = 0
     failures: int = 0
     errors: int = 0  # checks that failed for a fault of this node's (logged)
+    # Checks not run, by why: address_rate, behind, still_running (and credential_limit:
+    # registrations refused a check, see quota.py)
+    skipped: Counter[str] = field(default_factory=Counter)
     latency: Histogram = field(default_factory=lambda: Histogram(LATENCY_BUCKETS))
 
 
@@ -83,8 +99,10 @@ class Checker(Subscriber):
         self._due: list[tuple[float, int, Checked]] = []  # (when, order, what)
         self._order = 0
         self._wake = asyncio.Event()
-        self._tokens = settings.health_check_rate
-        self._refilled = clock.monotonic()
+        self._bucket = node_bucket(settings.health_check_rate, clock.monotonic())
+        self._addresses = AddressSlots(settings.health_check_rate_per_address)
+        self.destinations = Destinations(settings)
+        self.quota = CheckQuota(per_credential=settings.health_check_max_per_credential)
         self._running: set[asyncio.Task[None]] = set()
         self._slots = asyncio.Semaphore(settings.health_check_concurrency)
         self.stats = CheckStats()
@@ -92,6 +110,27 @@ class Checker(Subscriber):
         # each (about 2 us) is worked out again only when the members change.
         self._owned: dict[str, bool] = {}
         self._owned_for: tuple[str, ...] = ()
+
+    async def find_own_addresses(self) -> None:
+        """This node's own addresses, refused as destinations from now on (once, at start:
+        it resolves the machine's name, off the loop)."""
+        found = await asyncio.to_thread(own_addresses, self._settings.host)
+        self.destinations.know_own(found)
+        log.debug("own_addresses_found", addresses=sorted(found))
+
+    def admit(self, instance: InstanceInfo, user: str | None) -> bool:
+        """Refuse (BadInput, LimitReached) a registration asking for a check this node would
+        not run, or one past its client credential's quota (`user`: None for an admin's);
+        whether it asks for a check the quota counts (call `asked` once it is taken)."""
+        check_spec(instance, self.destinations, self._settings)
+        if user is None or CHECK_KEY not in instance.metadata:
+            return False
+        try:
+            self.quota.admit(user, instance.instance_id)
+        except Exception:
+            self.stats.skipped["credential_limit"] += 1
+            raise
+        return True
 
     # What the registry tells ----------------------------------------------------------------
 
@@ -102,7 +141,10 @@ class Checker(Subscriber):
             self.checked.pop(iid, None)
             self.unchecked.pop(iid, None)
             self._owned.pop(iid, None)
+            self.quota.forget(iid)
             return
+        if iid in self.quota and CHECK_KEY not in instance.metadata:
+            self.quota.forget(iid)
         if iid not in self.checked and not self._registry.asks_check(instance):
             return  # most instances: no check asked for, none known
         self._consider(instance)
@@ -139,27 +181,25 @@ class Checker(Subscriber):
         app_check = self._registry.app_checks.get(instance.app)
         self.unchecked.pop(instance.instance_id, None)
         try:
-            return check_spec(
-                instance,
-                allow_loopback=self._settings.health_check_loopback,
-                app_check=app_check,
-            )
+            return check_spec(instance, self.destinations, self._settings, app_check)
         except (BadInput, ValueError) as refused:
-            # A peer's copy or a stored one this node would not have taken; or an instance
-            # its application's check cannot reach (no healthCheckUrl, a loopback address):
-            # that one is told to the admin (status/explain, the page).
-            if app_check is not None:
-                self.unchecked[instance.instance_id] = str(refused)
-                if instance.instance_id in self._registry.checks:  # nothing would release it
-                    self._let_go[instance.instance_id] = instance.app
-                    self._wake.set()
+            # A peer's copy or a stored one this node would not have taken (another node's
+            # settings, or this one's before a restart); or an instance its application's
+            # check cannot reach (no healthCheckUrl, an address checks may not go to): told
+            # to the admin (status/explain, the page).
+            self.unchecked[instance.instance_id] = str(refused)
+            if instance.instance_id in self._registry.checks:  # nothing would release it
+                self._let_go[instance.instance_id] = instance.app
+                self._wake.set()
             return None
 
     def _schedule(self, checked: Checked, delay: float) -> None:
         """`checked` falls due in `delay` seconds: one entry per `Checked`, so a replaced one
         (a re-registration, another spec) leaves no second chain behind."""
         self._order += 1
-        heapq.heappush(self._due, (self._clock.monotonic() + delay, self._order, checked))
+        checked.has_turn = False
+        checked.due_at = self._clock.monotonic() + delay
+        heapq.heappush(self._due, (checked.due_at, self._order, checked))
         self._wake.set()
 
     def _current(self, checked: Checked) -> bool:
@@ -201,13 +241,28 @@ class Checker(Subscriber):
         if not self._current(checked):
             return  # gone, or asking for another check (scheduled on its own)
         interval = checked.spec.interval
-        if checked.running:  # still running its last check: come again next interval
-            self._schedule(checked, interval)
-            return
         if not self.checks_here(checked.instance_id):  # another node's: its verdicts come here
             checked.failures = checked.successes = 0
             self._schedule(checked, interval)
             return
+        if checked.running:  # still running its last check: come again next interval
+            self._skip(checked, "still_running")
+            return
+        now, when = self._clock.monotonic(), checked.due_at
+        if now - when >= interval:  # the node's rate kept it waiting a whole interval
+            self._skip(checked, "behind")
+            return
+        if not checked.has_turn:  # a turn at its address, before its next check is due
+            turn = self._addresses.take(checked.spec.address, now, when + interval)
+            if turn is None:
+                self._skip(checked, "address_rate")
+                return
+            if turn > now:  # later: it waits for its turn (still due when it was)
+                checked.has_turn = True
+                self._order += 1
+                heapq.heappush(self._due, (turn, self._order, checked))
+                return
+        checked.has_turn = False
         await self._take_token()
         await self._slots.acquire()
         if not self._current(checked):  # gone while this waited for its turn
@@ -248,16 +303,14 @@ class Checker(Subscriber):
         return owned
 
     async def _take_token(self) -> None:
-        """At most `health_check_rate` checks started a second (bursts of as many)."""
-        rate = self._settings.health_check_rate
-        while True:
-            now = self._clock.monotonic()
-            self._tokens = min(rate, self._tokens + (now - self._refilled) * rate)
-            self._refilled = now
-            if self._tokens >= 1:
-                self._tokens -= 1
-                return
-            await self._clock.sleep((1 - self._tokens) / rate)
+        """At most `health_check_rate` checks started a second (pacing.py)."""
+        while wait := self._bucket.wait(self._clock.monotonic()):
+            await self._clock.sleep(wait)
+
+    def _skip(self, checked: Checked, why: str) -> None:
+        """Not checked this time, and why (counted); due again at its next interval."""
+        self.stats.skipped[why] += 1
+        self._schedule(checked, checked.spec.interval)
 
     async def _check(self, checked: Checked) -> None:
         try:

@@ -2,7 +2,9 @@
 connect, to the address and port `spec` names (registry/checks/spec.py) and nowhere else.
 
 An https check does not verify the certificate: it is made to an address (the instance's
-name in the Host header), and asks whether the service answers, not who it is.
+public name, or the address, in the Host header: spec.py), and asks whether the service
+answers, not who it is. An outcome's detail is a few words ("HTTP 503", "connection
+refused", an error's type and text cut short): admins read it, clients never do.
 """
 
 from __future__ import annotations
@@ -75,10 +77,22 @@ def _host_header(spec: CheckSpec) -> str:
     return host if spec.port == default else f"{host}:{spec.port}"
 
 
+MAX_DETAIL = 200  # characters of an outcome's detail (what peers take of a hold's: codec/checks)
+
+
 def _reason(exc: BaseException) -> str:
-    if isinstance(exc, ConnectionRefusedError) or "refused" in str(exc).lower():
+    """What went wrong, in a few words: the exception's own text is for admins only (the
+    status page and status/explain show outcomes to them alone), and cut short."""
+    text = str(exc)
+    if isinstance(exc, ConnectionRefusedError) or "refused" in text.lower():
         return "connection refused"
-    return str(exc) or type(exc).__name__
+    if isinstance(exc, ConnectionResetError):
+        return "connection reset"
+    if isinstance(exc, ssl.SSLError):
+        return f"TLS error: {exc.reason or type(exc).__name__}"[:MAX_DETAIL]
+    if isinstance(exc, asyncio.IncompleteReadError):
+        return "connection closed before an answer"
+    return f"{type(exc).__name__}: {text}"[:MAX_DETAIL] if text else type(exc).__name__
 
 
 @functools.cache

@@ -7,22 +7,25 @@
 Guard rails, so that a client aims the registry at its own instance only (as far as the
 registry can tell: `ipAddr` is what the client says): a check goes to the instance's own
 `ipAddr`, an address (a name could be made to resolve anywhere), on its own port (its secure
-port for an https URL or when only that is enabled); an http URL must name the instance's
-address or host name and that port, and is requested from the address with the URL's host in
-the Host header. Loopback, link-local, unspecified, multicast and reserved addresses (and the
-IPv6 forms of such IPv4 ones) are refused unless `health_check_loopback`. A registration
+port for an https URL or when only that is enabled), and only where the operator lets checks
+go (registry/checks/destinations.py); an http URL must name the instance's address or host
+name and that port, and is requested from the address with the URL's host in the Host header
+when that is an ordinary public DNS name, else with the address (no `Host: localhost` sent to
+a routable address). A client's check comes at most every `health_check_min_interval` (a
+shorter interval is raised to it), and none with `health_check_clients` off. A registration
 asking for a check that breaks these is refused (400) naming the rule. Pure.
 """
 
 from __future__ import annotations
 
-import ipaddress
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import quote, urlsplit
 
+from registry.checks.destinations import Destinations
 from registry.core.app_checks import MAX_BY, AppCheck
-from registry.core.checks import CHECK_KEY
+from registry.core.checks import CHECK_KEY, held_by_server
 from registry.core.model import InstanceInfo
 from registry.errors import BadInput, shown
 from registry.settings import Settings
@@ -58,15 +61,21 @@ class CheckSpec:
 
 
 def check_spec(
-    instance: InstanceInfo, *, allow_loopback: bool, app_check: AppCheck | None = None
+    instance: InstanceInfo,
+    destinations: Destinations,
+    settings: Settings,
+    app_check: AppCheck | None = None,
 ) -> CheckSpec | None:
     """The check `instance` gets: its application's admin check when there is one, else the
     one its metadata asks for; None when neither. BadInput when it breaks a rule (the message
     names the field)."""
+    # The address is the client's word, unless an admin registered the instance (one the
+    # registry holds the lease of: no client registers those).
+    client = not held_by_server(instance)
     if app_check is not None:
         check = app_check
         return _spec(
-            instance, check.kind, check.interval, check.timeout, check.path, allow_loopback
+            instance, check.kind, check.interval, check.timeout, check.path, destinations, client
         )
     metadata = instance.metadata
     kind = metadata.get(KIND)
@@ -74,10 +83,17 @@ def check_spec(
         return None
     if kind not in KINDS:
         raise BadInput(f"metadata.{KIND}", f"{shown(kind)} is not one of {', '.join(KINDS)}")
+    if client and not settings.health_check_clients:
+        raise BadInput(
+            f"metadata.{KIND}",
+            "health_check_clients is off: this registry runs no check an instance asks for",
+        )
     interval = _seconds(metadata, INTERVAL, DEFAULT_INTERVAL, MIN_INTERVAL, MAX_INTERVAL)
+    if client:  # raised, not refused: a client that asks often still gets its checks
+        interval = max(interval, settings.health_check_min_interval)
     longest = min(MAX_TIMEOUT, interval)  # a check ends before the next is due
     timeout = _seconds(metadata, TIMEOUT, min(DEFAULT_TIMEOUT, longest), 0.1, longest)
-    return _spec(instance, kind, interval, timeout, None, allow_loopback)
+    return _spec(instance, kind, interval, timeout, None, destinations, client)
 
 
 def _spec(
@@ -86,9 +102,10 @@ def _spec(
     interval: float,
     timeout: float,
     path: str | None,
-    allow_loopback: bool,
+    destinations: Destinations,
+    client: bool,
 ) -> CheckSpec:
-    address = _address(instance.ip_addr, allow_loopback)
+    address = destinations.address(instance.ip_addr, client=client)
     if kind == "tcp":
         port = _own_port(instance, secure=not instance.port.enabled)
         return CheckSpec("tcp", address, port, interval, timeout)
@@ -129,7 +146,45 @@ def _spec(
     target = quote(parts.path or "/", safe=_PATH_SAFE)
     if parts.query:
         target += "?" + quote(parts.query, safe=_PATH_SAFE)
+    # The Host header: the URL's name when any resolver would give it (a virtual host of the
+    # service's own), else the address the request goes to: `localhost`, a single label or a
+    # `.internal` name sent to a routable address would reach what that name means there.
+    if not public_name(host):
+        host = address
     return CheckSpec("http", address, port, interval, timeout, parts.scheme, host, target)
+
+
+_LABEL = re.compile(r"(?!-)[a-z0-9-]{1,63}(?<!-)")
+# Names for inside a network (RFC 6761, 6762, 8375, 9476, and the ones in common use)
+_LOCAL_SUFFIXES = frozenset(
+    {
+        "localhost",
+        "local",
+        "localdomain",
+        "internal",
+        "intranet",
+        "lan",
+        "home",
+        "corp",
+        "private",
+        "svc",
+        "test",
+        "example",
+        "invalid",
+        "arpa",
+        "alt",
+        "onion",
+    }
+)
+
+
+def public_name(host: str) -> bool:
+    """Whether `host` is an ordinary public DNS name: dotted, plain labels, a top-level
+    domain of letters that is not one for inside networks; no address."""
+    labels = host.lower().rstrip(".").split(".")
+    if len(labels) < 2 or not all(_LABEL.fullmatch(label) for label in labels):
+        return False
+    return labels[-1].isalpha() and labels[-1] not in _LOCAL_SUFFIXES
 
 
 MAX_PATH = 1000
@@ -173,13 +228,6 @@ def _number(body: Mapping[str, object], key: str, default: float, low: float, hi
     return float(value)
 
 
-def refuse_bad_check(instance: InstanceInfo, settings: Settings) -> None:
-    """BadInput (400) when `instance` asks for a check this node would not run: what a
-    registration or a metadata change is held to before it changes anything."""
-    if settings.health_checks:
-        check_spec(instance, allow_loopback=settings.health_check_loopback)
-
-
 def _seconds(
     metadata: Mapping[str, str], key: str, default: float, low: float, high: float
 ) -> float:
@@ -193,54 +241,6 @@ def _seconds(
     if not low <= value <= high:
         raise BadInput(f"metadata.{key}", f"{shown(raw)} is not from {low:g} to {high:g} seconds")
     return value
-
-
-# Addresses that stand for an IPv4 one (and reach it): judged as that one, and checked there.
-_NAT64 = ipaddress.ip_network("64:ff9b::/96")
-# Where clouds answer with their instances' metadata and credentials, by IPv6 too.
-_METADATA = frozenset({ipaddress.ip_address("fd00:ec2::254")})
-
-
-def _address(ip_addr: str, allow_loopback: bool) -> str:
-    try:
-        address = _unwrapped(ipaddress.ip_address(ip_addr))
-    except ValueError:
-        raise BadInput(
-            "ipAddr", f"{ip_addr!r} is not an address: a checked instance is checked there"
-        ) from None
-    special = (
-        address.is_loopback
-        or address.is_link_local
-        or address.is_unspecified
-        or address.is_multicast
-        or address.is_reserved
-        or address in _METADATA
-    )
-    if special and not allow_loopback:
-        raise BadInput(
-            "ipAddr",
-            f"{ip_addr} is a loopback, link-local, unspecified, multicast or reserved "
-            "address: not checked from the registry (health_check_loopback allows it)",
-        )
-    return str(address)
-
-
-def _unwrapped(
-    address: ipaddress.IPv4Address | ipaddress.IPv6Address,
-) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
-    """The IPv4 address an IPv6 one carries (mapped ::ffff:a.b.c.d, 6to4, Teredo, NAT64),
-    else the address itself: Python 3.11 judges ::ffff:127.0.0.1 as no loopback."""
-    if isinstance(address, ipaddress.IPv4Address):
-        return address
-    if address.ipv4_mapped is not None:
-        return address.ipv4_mapped
-    if address.sixtofour is not None:
-        return address.sixtofour
-    if address.teredo is not None:
-        return address.teredo[1]
-    if address in _NAT64:
-        return ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
-    return address
 
 
 def _own_port(instance: InstanceInfo, *, secure: bool) -> int:

@@ -20,6 +20,7 @@ import orjson
 from aiohttp import web
 
 from registry.appkeys import CHECKER, CLOCK, REGISTRY, SETTINGS
+from registry.checks.destinations import Destinations
 from registry.checks.spec import app_check_from, check_spec
 from registry.codec import json_codec
 from registry.codec.checks import app_check_fields, check_app_name
@@ -78,15 +79,15 @@ async def remove_app_check(request: web.Request) -> web.Response:
 
 def _answer(request: web.Request, registry: Registry, check: AppCheck) -> dict[str, Any]:
     """The check, and how it meets the application's instances now."""
-    loopback = request.app[SETTINGS].health_check_loopback
+    checker, settings = request.app[CHECKER], request.app[SETTINGS]
+    destinations = Destinations(settings) if checker is None else checker.destinations
     instances, refused = 0, {}
     for lease in registry.application(check.app):
         instances += 1
         try:
-            check_spec(lease.instance, allow_loopback=loopback, app_check=check)
+            check_spec(lease.instance, destinations, settings, check)
         except BadInput as exc:
             refused[lease.instance.instance_id] = str(exc)
-    checker = request.app[CHECKER]
     return {
         "check": app_check_fields(check),
         "instances": instances,

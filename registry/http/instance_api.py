@@ -6,9 +6,8 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 from msgspec.structs import replace
 
-from registry.appkeys import CLOCK, MEMORY, QUOTAS, REGISTRY, SETTINGS
+from registry.appkeys import CHECKER, CLOCK, MEMORY, QUOTAS, REGISTRY, SETTINGS
 from registry.checks.spec import KIND as CHECK_KIND
-from registry.checks.spec import refuse_bad_check
 from registry.codec import instance_from_wire, wire
 from registry.codec.wire import ERROR_HEADER, REGISTRATION_HEADER
 from registry.common.clock import Clock
@@ -60,7 +59,11 @@ async def register(request: web.Request) -> web.Response:
     if not replication:  # a peer's copy was held to these where it was registered
         instance, dated_ahead = _dated_here(instance, now_ms, request.app[SETTINGS])
         auth.may_give_vips(request, instance)
-        refuse_bad_check(instance, request.app[SETTINGS])
+    checker, user = request.app[CHECKER], auth.client_user(request)
+    asks_check = False
+    if not replication and checker is not None:  # a peer's copy was held to these where it
+        asks_check = checker.admit(instance, user)  # was registered
+    if not replication:
         if held_by_server(instance):
             _may_hold_lease(request, instance)
         else:
@@ -86,12 +89,14 @@ async def register(request: web.Request) -> web.Response:
             f"this node's memory is above its watermark ({memory.watermark >> 20} MiB): new "
             "instances are refused until it falls; register with another node"
         )
-    quotas, user = request.app[QUOTAS], auth.client_user(request)
+    quotas = request.app[QUOTAS]
     if quotas is not None and user is not None and not replication:
         quotas.admit(user, app, instance.instance_id)
     kept = registry.register(instance, now_ms=now_ms, is_replication=replication)
     if quotas is not None and user is not None and not replication:
         quotas.registered(user, app, instance.instance_id)
+    if asks_check and checker is not None and user is not None:
+        checker.quota.asked(user, instance.instance_id)
     if kept.last_dirty_ms > instance.last_dirty_ms:
         # Ours is newer: the registration changed nothing. Still 204, which stock clients
         # need, but saying so to whoever looks (a client re-registering after another took

@@ -38,6 +38,7 @@ from registry.appkeys import (
     REQUESTS,
     WRITER,
 )
+from registry.checks.checker import SKIP_REASONS
 from registry.common.tasks import SLICE, Pacer
 from registry.core.model import ActionType, ChangeEvent
 from registry.core.registry import Registry
@@ -308,6 +309,16 @@ def _checks(app: web.Application) -> Iterator[Metric]:
         "Server-side health checks this node could not run for a fault of its own (logged)",
         stats.errors,
     )
+    skipped = CounterMetricFamily(
+        "registry_health_checks_skipped",
+        "Server-side health checks not run, by why: address_rate (health_check_rate_per_address),"
+        " behind (health_check_rate), still_running (its last check), credential_limit "
+        "(registrations refused one: health_check_max_per_credential)",
+        labels=["reason"],
+    )
+    for reason in SKIP_REASONS:
+        skipped.add_metric([reason], stats.skipped[reason])
+    yield skipped
     yield stats.latency.family(
         "registry_health_check_seconds", "How long a server-side health check took"
     )

@@ -123,7 +123,7 @@ async def _render(request: web.Request, admin: bool, base: str, filters: Filters
         "epoch": escape(registry.epoch),
         "watch": "true" if request.app[SETTINGS].watch else "false",
         "viewer": _viewer(request),
-        "summary": _summary(request.app, now_ms, tallies.zones()),
+        "summary": _summary(request.app, now_ms, tallies.zones(), admin),
         "app_value": escape(filters.app.lower()),
         "status_options": _options([s.value for s in InstanceStatus], filters.status),
         "zone_options": _options(view.zones, filters.zone),
@@ -193,15 +193,20 @@ def _app_row(row: AppRow, filters: Filters) -> str:
 async def _instances_table(
     request: web.Request, leases: Sequence[Lease], admin: bool, now_ms: int
 ) -> str:
-    notes = request.app[REGISTRY].overrides.notes
+    registry = request.app[REGISTRY]
+    notes, held = registry.overrides.notes, registry.checks
     checker = request.app[CHECKER]
     # Up to MAX_ROWS rows (500: about 2 ms): let heartbeats in meanwhile.
     rows, pacer = [], Pacer()
     for lease in leases:
-        # Why, who and until when are the admin plane's to read (as `overrides` is).
+        # Why, who and until when are the admin plane's to read (as `overrides` is); so is a
+        # check's target and outcome (to a client it would be a port scanner's answer).
         iid = lease.instance.instance_id
         note = notes.of(iid, lease.instance.overridden_status)
-        check = _check(checker.status_of(iid)) if checker is not None else ""
+        if admin:
+            check = _check(checker.status_of(iid)) if checker is not None else ""
+        else:
+            check = _HELD if iid in held else ""
         rows.append(_row(lease, note if admin else None, check, now_ms=now_ms, admin=admin))
         await pacer.pace()
     empty = (
@@ -272,6 +277,9 @@ def _viewer(request: web.Request) -> str:
     return "Open: no credentials configured (loopback only)"
 
 
+_HELD = '<div class="sub">held DOWN by a check</div>'
+
+
 def _check(check: dict[str, Any] | None) -> str:
     """Under the status: the server-side check and its last result, if the instance has one."""
     if check is None:
@@ -309,6 +317,26 @@ def _row(lease: Lease, note: Note | None, check: str, *, now_ms: int, admin: boo
     )
 
 
+def _checks_card(app: web.Application, admin: bool) -> str:
+    """How many instances are checked and held DOWN; to an admin, also how the checks went and
+    which were not run, and why."""
+    registry, checker = app[REGISTRY], app[CHECKER]
+    assert checker is not None
+    held = len(registry.checks)
+    stats = checker.stats
+    detail = f"{held} held DOWN by their check"
+    if admin:
+        skipped = ", ".join(f"{n} {why}" for why, n in sorted(stats.skipped.items()) if n)
+        detail += (
+            f" · {stats.checks} checks run, {stats.failures} failed"
+            + (f" · not run: {skipped}" if skipped else "")
+            + f" · {_count(len(registry.app_checks), 'application')} checked by an admin"
+            + (f", {len(checker.unchecked)} not checkable" if checker.unchecked else "")
+        )
+    checked = _count(len(checker.checked), "instance")
+    return _card("Health checks", "warn" if held else "ok", f"{checked} checked", detail)
+
+
 def _badge(status: InstanceStatus) -> str:
     return f'<span class="status s-{status.value}">{status.value}</span>'
 
@@ -332,7 +360,7 @@ def _time(ms: int) -> str:
         return f"{ms} ms after 1970"
 
 
-def _summary(app: web.Application, now_ms: int, zones: Counter[str]) -> str:
+def _summary(app: web.Application, now_ms: int, zones: Counter[str], admin: bool) -> str:
     """The node's health, as cards: registry, reads, self-preservation, store; then the peers."""
     registry, lifecycle = app[REGISTRY], app[LIFECYCLE]
     health = server_info.node_health(app)
@@ -360,18 +388,7 @@ def _summary(app: web.Application, now_ms: int, zones: Counter[str]) -> str:
         cards.append(_card("Zones", "ok", _count(len(zones), "zone"), shown + more))
     checker = app[CHECKER]
     if checker is not None and (checker.checked or checker.unchecked):
-        held = len(registry.checks)
-        cards.append(
-            _card(
-                "Health checks",
-                "warn" if held else "ok",
-                f"{_count(len(checker.checked), 'instance')} checked",
-                f"{held} held DOWN by their check · {checker.stats.checks} checks run, "
-                f"{checker.stats.failures} failed · "
-                f"{_count(len(registry.app_checks), 'application')} checked by an admin"
-                + (f", {len(checker.unchecked)} not checkable" if checker.unchecked else ""),
-            )
-        )
+        cards.append(_checks_card(app, admin))
     membership = health["membership"]
     if membership["dns"] is not None:
         cards.append(_peer_dns(membership["dns"], len(health["peers"])))

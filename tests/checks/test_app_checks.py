@@ -24,6 +24,7 @@ SETTINGS = Settings(
     admin_credentials=("ops:admin-pw",),
     peer_credential="p:peer-pw",
     health_check_loopback=True,
+    health_check_min_interval=1,
     store=False,
 )
 FAST = {"check": "http", "interval": 1, "timeout": 0.5}

@@ -20,6 +20,7 @@ SETTINGS = Settings(
     client_credentials=("svc:client-pw",),
     admin_credentials=("ops:admin-pw",),
     health_check_loopback=True,
+    health_check_min_interval=1,
 )
 
 

@@ -122,7 +122,9 @@ async def test_py_eureka_client_stops_calling_an_instance_its_check_holds_down(a
     service.router.add_get("/health", answer)
     target = TestServer(service, host="127.0.0.1")
     await target.start_server()
-    settings = Settings(health_check_loopback=True, health_check_failures=2)
+    settings = Settings(
+        health_check_loopback=True, health_check_min_interval=1, health_check_failures=2
+    )
     server = TestServer(create_app(settings), host="127.0.0.1")
     client = await aiohttp_client(server)
     doc = instance_doc(

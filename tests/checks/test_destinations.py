@@ -1,0 +1,164 @@
+"""Where a check may go (registry/checks/destinations.py), what Host it sends
+(registry/checks/spec.py), how fast checks start (registry/checks/pacing.py) and how many
+instances one credential may have checked (registry/checks/quota.py): the pure parts."""
+
+from __future__ import annotations
+
+import pytest
+
+from registry import Settings
+from registry.checks.destinations import Destinations, own_addresses
+from registry.checks.pacing import AddressSlots, node_bucket
+from registry.checks.quota import CheckQuota
+from registry.checks.spec import check_spec, public_name
+from registry.codec import instance_from_wire
+from registry.errors import BadInput, LimitReached
+from tests.helpers import instance_doc
+
+ALWAYS_REFUSED = [
+    "169.254.169.254",
+    "fd00:ec2::254",
+    "100.100.100.200",
+    "168.63.129.16",
+    "192.0.0.192",
+    "::ffff:100.100.100.200",
+    "0.0.0.0",
+    "0.1.2.3",
+    "::",
+    "224.0.0.1",
+    "255.255.255.255",
+    "240.0.0.1",
+]
+
+
+class TestDestinations:
+    @pytest.mark.parametrize("address", ALWAYS_REFUSED)
+    def test_metadata_and_special_addresses_are_refused_whatever_the_settings(self, address):
+        everything = Settings(
+            health_check_loopback=True, health_check_networks=("0.0.0.0/0", "::/0")
+        )
+        for client in (True, False):
+            with pytest.raises(BadInput, match="ipAddr"):
+                Destinations(everything).address(address, client=client)
+
+    def test_the_nodes_own_addresses_are_refused_to_admins_too(self):
+        destinations = Destinations(
+            Settings(health_check_networks=("10.0.0.0/8",)), own=["10.1.2.3", "fe80::1%eth0"]
+        )
+        assert "10.1.2.4" == destinations.address("10.1.2.4", client=True)
+        for written in ("10.1.2.3", "::ffff:10.1.2.3"):
+            with pytest.raises(BadInput, match="this registry node"):
+                destinations.address(written, client=False)
+
+    @pytest.mark.parametrize(
+        "address", ["10.0.0.5", "172.16.0.1", "192.168.1.1", "100.64.0.1", "fd12::1"]
+    )
+    def test_a_clients_private_address_only_in_the_networks_listed(self, address):
+        with pytest.raises(BadInput, match="health_check_networks"):
+            Destinations(Settings()).address(address, client=True)
+        listed = Settings(health_check_networks=("10.0.0.0/8", "172.16.0.0/12", "fd00::/8"))
+        if address.startswith(("10.", "172.", "fd")):
+            assert address == Destinations(listed).address(address, client=True)
+        # An admin's instance (one the registry holds the lease of) may be anywhere else.
+        assert address == Destinations(Settings()).address(address, client=False)
+
+    def test_a_public_address_is_allowed_by_default(self):
+        assert "8.8.8.8" == Destinations(Settings()).address("8.8.8.8", client=True)
+
+    def test_loopback_only_with_health_check_loopback(self):
+        with pytest.raises(BadInput, match="health_check_loopback"):
+            Destinations(Settings()).address("127.0.0.1", client=False)
+        allowed = Destinations(Settings(health_check_loopback=True), own=["127.0.0.1"])
+        assert "127.0.0.1" == allowed.address("127.0.0.1", client=True)
+
+    def test_own_addresses_name_the_address_it_listens_on(self):
+        assert "10.9.8.7" in own_addresses("10.9.8.7")
+
+
+class TestHostHeader:
+    @pytest.mark.parametrize("name", ["orders.example.com", "api.shop.co.uk", "a.b.io."])
+    def test_a_public_name_is_sent(self, name):
+        assert public_name(name)
+
+    @pytest.mark.parametrize(
+        "name",
+        [
+            "localhost",
+            "orders",
+            "metadata.google.internal",
+            "printer.local",
+            "db.svc.cluster.local",
+            "x.localhost",
+            "10.0.0.5",
+            "fd00::1",
+            "under_score.example.com",
+            "host.lan",
+        ],
+    )
+    def test_another_name_is_not(self, name):
+        assert not public_name(name)
+
+    def test_localhost_is_sent_as_the_address_checked(self):
+        doc = instance_doc(
+            "ORDERS",
+            "i-1",
+            ipAddr="8.8.4.4",
+            hostName="localhost",
+            port={"$": 8080, "@enabled": "true"},
+            healthCheckUrl="http://localhost:8080/admin?x=1",
+            metadata={"registry.check": "http", "registry.check.interval": "1"},
+        )
+        instance = instance_from_wire(doc, now_ms=0, expected_app="ORDERS")
+        spec = check_spec(instance, Destinations(Settings()), Settings())
+        assert spec is not None
+        assert ("8.8.4.4", "8.8.4.4", "/admin?x=1") == (spec.address, spec.host, spec.target)
+        assert 5.0 == spec.interval  # a client's 1 s raised to health_check_min_interval
+
+
+class TestPacing:
+    def test_the_nodes_bucket_starts_with_one_token(self):
+        bucket = node_bucket(1000.0, now=0.0)
+        taken = 0
+        while not bucket.wait(0.0):
+            taken += 1
+        assert 1 == taken
+        # A second later: a second's checks and the hundredth of one it may hold, no more.
+        started = sum(1 for i in range(2000) if not bucket.wait(i / 2000)) + taken
+        assert started <= 1000 + 10 + 1
+
+    def test_one_address_gets_turns_spaced_by_its_rate(self):
+        slots = AddressSlots(10.0)
+        turns = [slots.take("10.0.0.5", 0.0, before=0.95) for _ in range(12)]
+        assert [i / 10 for i in range(10)] == pytest.approx(turns[:10])
+        assert [None, None] == turns[10:]  # no turn before the next check is due
+        assert 0.0 == slots.take("10.0.0.6", 0.0, before=1.0)  # another address: its own
+
+
+class TestQuota:
+    def test_a_credential_has_so_many_instances_checked(self):
+        quota = CheckQuota(per_credential=2)
+        for iid in ("i-1", "i-2"):
+            quota.admit("alice", iid)
+            quota.asked("alice", iid)
+        quota.admit("alice", "i-1")  # registering again is no new one
+        with pytest.raises(LimitReached, match="health_check_max_per_credential"):
+            quota.admit("alice", "i-3")
+        quota.admit("bob", "i-3")
+        quota.forget("i-2")
+        quota.admit("alice", "i-3")
+        assert (1, 1) == (quota.held_by("alice"), quota.refused)
+
+
+class TestClientsOff:
+    def test_a_clients_check_is_refused_naming_the_field(self):
+        doc = instance_doc("ORDERS", "i-1", ipAddr="8.8.4.4", metadata={"registry.check": "tcp"})
+        instance = instance_from_wire(doc, now_ms=0, expected_app="ORDERS")
+        off = Settings(health_check_clients=False)
+        with pytest.raises(BadInput) as refused:
+            check_spec(instance, Destinations(off), off)
+        assert "metadata.registry.check" == refused.value.field
+        # An admin's instance (the registry holds its lease) is checked all the same.
+        held = {"registry.check": "tcp", "registry.lease": "server"}
+        doc = instance_doc("ORDERS", "i-2", ipAddr="10.0.0.9", metadata=held)
+        instance = instance_from_wire(doc, now_ms=0, expected_app="ORDERS")
+        assert check_spec(instance, Destinations(off), off) is not None
