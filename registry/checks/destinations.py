@@ -21,6 +21,8 @@ import ipaddress
 import socket
 from collections.abc import Iterable
 
+import psutil
+
 from registry.errors import BadInput
 from registry.settings import Settings
 
@@ -43,9 +45,6 @@ METADATA = frozenset(
 )
 _THIS_NETWORK = ipaddress.ip_network("0.0.0.0/8")  # "this host on this network"
 _NAT64 = ipaddress.ip_network("64:ff9b::/96")
-# Addresses a datagram socket is pointed at to learn which source address the kernel would use
-# towards the rest of the world (connecting a datagram socket sends nothing).
-_ELSEWHERE = (("192.0.2.1", socket.AF_INET), ("2001:db8::1", socket.AF_INET6))
 
 
 class Destinations:
@@ -126,22 +125,17 @@ def unwrapped(address: IPAddress) -> IPAddress:
 
 
 def own_addresses(host: str) -> set[str]:
-    """The addresses this machine answers on, as far as the standard library tells without
-    reading the system's interface tables: the one it listens on, those its name resolves
-    to, and the source addresses the kernel would use towards the rest of the world. Blocking
-    (it resolves the machine's own name): run it off the loop, once."""
+    """The addresses this machine answers on: every interface's (psutil reads the system's
+    tables on each platform), the one it listens on, and those its name resolves to (a NAT or
+    a load balancer's address given to it). Blocking (it resolves the machine's own name): run
+    it off the loop, once."""
     found = {host}
+    for addresses in psutil.net_if_addrs().values():
+        found.update(a.address for a in addresses if a.family in (socket.AF_INET, socket.AF_INET6))
     try:
         for name in {socket.gethostname(), socket.getfqdn()}:
             for *_, sockaddr in socket.getaddrinfo(name, None):
                 found.add(str(sockaddr[0]))
     except OSError:
-        pass  # a machine that cannot resolve its own name: the others still count
-    for elsewhere, family in _ELSEWHERE:
-        try:
-            with socket.socket(family, socket.SOCK_DGRAM) as probe:
-                probe.connect((elsewhere, 9))
-                found.add(str(probe.getsockname()[0]))
-        except OSError:
-            continue  # no route of that family
+        pass  # a machine that cannot resolve its own name: its interfaces still count
     return found
