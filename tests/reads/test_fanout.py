@@ -11,6 +11,7 @@ from registry.common.clock import FakeClock
 from registry.common.tasks import SLICE
 from registry.core.registry import Registry
 from registry.reads import fanout
+from registry.reads.catalog import Catalog
 from registry.reads.feed import ChangeFeed
 from registry.reads.journal import DeltaJournal
 from tests.factories import T0, make
@@ -38,8 +39,10 @@ class Transport(asyncio.WriteTransport):
 def fed() -> tuple[Registry, ChangeFeed, DeltaJournal]:
     registry = Registry()
     journal = DeltaJournal(retention_ms=180_000)
-    feed = ChangeFeed(registry, FakeClock(), journal)
+    catalog = Catalog(registry, max_age=30)
+    feed = ChangeFeed(registry, FakeClock(), journal, catalog)
     registry.subscribe(journal)
+    registry.subscribe(catalog)
     registry.subscribe(feed)
     return registry, feed, journal
 
