@@ -23,9 +23,8 @@ quietly for long resumes from a change the journal still keeps, not from a forgo
 A round of writes that took longer than `REST_AFTER` is followed by a rest as long: the
 fan-out takes at most half of the event loop, however many streams there are, so requests
 (heartbeats first) keep the other half, and the changes made meanwhile go out joined in the
-next round's frames, one write per stream for all of them. Under registration churn, 300
-streams watching 100 applications each were written once per change, a third of the churn's
-throughput and heartbeats waiting for a core (docs/operations.md has the figures).
+next round's frames, one write per stream for all of them (docs/operations.md has figures of
+300 filtered streams under registration churn, before and after).
 
 A stream goes back to its handler, which catches up by itself with aiohttp's back-pressure,
 when writing to it is not a good idea: its transport is closing, or holds more than
@@ -182,8 +181,8 @@ class FanOut:
 
     def counted(self, event: ChangeEvent) -> None:
         """Move the counts of the subscriptions whose instances `event` changed."""
-        if len(self._subscriptions) == (None in self._subscriptions):
-            return  # none of some interest
+        if not (self._by_app or self._by_vip):
+            return  # no subscription of some interest
         instance, previous = event.lease.instance, event.previous
         for subscription in self._watching(instance.app, vips_of_change(event)):
             interest = subscription.interest
@@ -275,7 +274,7 @@ class FanOut:
         everything = self._subscriptions.get(None)
         if everything is not None and events:
             wanted[everything] = events
-        if len(self._subscriptions) > (everything is not None):
+        if self._by_app or self._by_vip:  # subscriptions of some interest
             for event in events:
                 for subscription in self._watching(event.lease.instance.app, vips_of(event)):
                     wanted.setdefault(subscription, []).append(event)
