@@ -20,10 +20,11 @@ that a burst of changes gave nothing is written nothing; on the feed's beat its 
 sent a keepalive whose `id` moves them on to the newest change, so that a stream that watched
 quietly for long resumes from a change the journal still keeps, not from a forgotten one.
 
-A round of writes that took longer than `REST_AFTER` is followed by a rest as long: the
-fan-out takes at most half of the event loop, however many streams there are, so requests
-(heartbeats first) keep the other half, and the changes made meanwhile go out joined in the
-next round's frames, one write per stream for all of them (docs/operations.md has figures of
+A round of writes that took longer than `REST_AFTER`, while more changes came, is followed by
+a rest as long: under churn the fan-out takes at most half of the event loop, however many
+streams there are, so requests (heartbeats first) keep the other half, and the changes made
+meanwhile go out joined in the next round's frames, one write per stream for all of them; a
+change alone goes out at once (docs/operations.md has figures of
 300 filtered streams under registration churn, before and after).
 
 A stream goes back to its handler, which catches up by itself with aiohttp's back-pressure,
@@ -260,7 +261,7 @@ class FanOut:
                 if events and changed_at is not None:
                     self.durations.record(self.timer() - changed_at)
                 took = self.work_timer() - started
-                if took > self.rest_after:
+                if took > self.rest_after and self._events.index > self._position:
                     self.rests += 1
                     await asyncio.sleep(took)  # real time: this paces the process's work
         finally:

@@ -465,26 +465,42 @@ class TestSubscriptions:
         feed.close()
         await parked_small
 
-    async def test_a_long_round_of_writes_is_followed_by_a_rest_and_changes_meanwhile_join(
-        self,
-    ):
-        """A round that took longer than `rest_after` (here each is timed 20 ms) is followed
-        by a rest as long; two changes made in different turns of the loop meanwhile go out
-        in one frame."""
+    async def test_a_long_round_while_changes_came_is_followed_by_a_rest_and_they_join(self):
+        """A round that took longer than `rest_after` (here each is timed 20 ms) while a
+        change came is followed by a rest as long; that change and one made in another turn
+        of the loop during the rest go out in one frame."""
         registry, feed, _ = fed()
-        timings = itertools.count(step=0.02)
-        feed.fanout.work_timer = lambda: next(timings)
+        feed.fanout.work_timer = itertools.count(step=0.02).__next__
+        transports = [Transport() for _ in range(SLICE + 1)]  # two slices: a turn between
+        parked = [park(feed, t, 0) for t in transports]
+        await settle()
+        register(registry, 1)
+        await asyncio.sleep(0)  # the first slice is written; the fan-out gives a turn
+        register(registry, 2)
+        await settle()
+        assert 1 == feed.fanout.rests
+        register(registry, 3)
+        last = transports[-1]
+        await eventually(lambda: len(last.written), lambda writes: writes == 2)
+        assert ([[1], [2, 3]], 2) == (
+            [indices(Transport.of(chunk)) for chunk in last.written],
+            feed.fanout.frames,
+        )
+        feed.close()
+        await asyncio.gather(*parked)
+
+    async def test_a_change_alone_is_not_held_back_by_a_rest(self):
+        """A long round after which nothing had changed rests not: the next change goes out
+        at once."""
+        registry, feed, _ = fed()
+        feed.fanout.work_timer = itertools.count(step=0.02).__next__
         transport = Transport()
         parked = park(feed, transport, 0)
         await settle()
-        register(registry, 1)
-        await settle()
-        assert ([1], 1) == (indices(transport), feed.fanout.rests)
-        register(registry, 2)
-        await settle()
-        register(registry, 3)
-        await eventually(lambda: feed.fanout.frames, lambda frames: frames == 2)
-        assert [[1], [2, 3]] == [indices(Transport.of(chunk)) for chunk in transport.written]
+        for k in (1, 2):
+            register(registry, k)
+            await settle()
+        assert ([1, 2], 0) == (indices(transport), feed.fanout.rests)
         feed.close()
         await parked
 
