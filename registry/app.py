@@ -25,7 +25,6 @@ from registry.appkeys import (
     CREDENTIALS,
     DIGESTS,
     FEED,
-    HASHCODES,
     JOURNAL,
     LIFECYCLE,
     LIMITER,
@@ -118,7 +117,7 @@ def create_app(
     )
     catalog = Catalog(registry, max_age=settings.response_cache_max_age)
     zoned = ZonedBlocks(registry, catalog, max_age=settings.response_cache_max_age)
-    feed = ChangeFeed(registry, clock, journal)
+    feed = ChangeFeed(registry, clock, journal, catalog)
     counts = InstanceCounts()
     cluster = Cluster(registry, clock, settings)
     digests = Digests(registry)
@@ -167,7 +166,6 @@ def create_app(
     app[PAGES] = Recent(max_age=PAGE_MAX_AGE)
     app[TALLIES] = Tallies()
     app[ZONED] = zoned
-    app[HASHCODES] = {}
     app[MEMORY] = MemoryGuard(0)  # its watermark is found as the app starts (_memory)
     app[QUOTAS] = quotas
     app[LIMITER] = (

@@ -54,8 +54,6 @@ LOOP_LAG = web.AppKey("loop_lag", LoopLag)  # how late the event loop runs, for 
 CONNECTIONS = web.AppKey("connections", Connections)  # open ones by client address, capped
 PAGES = web.AppKey("pages", Recent)  # the status page as lately rendered, by how it looks
 TALLIES = web.AppKey("tallies", Tallies)  # the page's counts by application, status and zone
-# Watch streams' interests' hashcodes, by (interest, index, epoch) (registry/http/watch_api.py)
-HASHCODES: web.AppKey[dict[tuple[object, int, str], str]] = web.AppKey("hashcodes")
 MEMORY = web.AppKey("memory", MemoryGuard)  # resident memory against its watermark
 # Instances by the client credential that registered them; None without a cap
 QUOTAS: web.AppKey[CredentialQuotas | None] = web.AppKey("quotas")

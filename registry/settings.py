@@ -82,6 +82,10 @@ class Settings:
     # Off, the watch answers 403 and the delta ignores index and wait, as a stock Eureka server.
     watch: bool = True
     long_poll: bool = True
+    # Watch streams a node serves at once, and one client (its credential's user, or its
+    # address without credentials) may hold; 429 beyond; 0: no cap (registry/http/watch_api.py)
+    watch_streams_max: int = 10_000
+    watch_streams_per_credential: int = 2_000
     delta_retention: float = 3 * MINUTES
     delta_cleanup_interval: float = 30 * SECONDS
     activity_log_interval: float = 60 * SECONDS
@@ -231,6 +235,8 @@ class Settings:
             "memory_watermark_mb",
             "peer_dns_grace",
             "shutdown_delay",
+            "watch_streams_max",
+            "watch_streams_per_credential",
         ):
             if getattr(self, key) < 0:
                 raise SettingsError(f"{key}: must not be negative")

@@ -44,6 +44,7 @@ from registry.core.model import ActionType, ChangeEvent
 from registry.core.registry import Registry
 from registry.core.subscriber import Subscriber
 from registry.core.zones import zone_of
+from registry.reads.watchers import REASONS
 
 _APP_AND_STATUS = attrgetter("instance.app", "instance.status")
 MAX_ZONES = 64  # zones with a series of their own
@@ -187,6 +188,19 @@ class RegistryCollector(Collector):
         yield _gauge("registry_cached_payloads", "Payloads in the cache", len(cache))
         feed = app[FEED]
         yield _gauge("registry_watchers", "Open watch streams", feed.watchers)
+        yield _gauge(
+            "registry_watch_subscriptions",
+            "Distinct filters (and the whole registry) the caught-up watch streams share",
+            feed.fanout.subscriptions,
+        )
+        refused = CounterMetricFamily(
+            "registry_watch_refused",
+            "Watch streams refused 429: the node's cap (node) or one client's (credential)",
+            labels=["reason"],
+        )
+        for reason in REASONS:
+            refused.add_metric([reason], feed.streams.refused[reason])
+        yield refused
         yield feed.fanout.durations.family(
             "registry_watch_fanout_seconds",
             "From a change to its last write to the watch streams that had caught up",

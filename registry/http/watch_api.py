@@ -18,22 +18,27 @@ whose index this node cannot continue from (older than the journal keeps, or for
 response's `X-Registry-Index` and `X-Registry-Epoch`. Comments keep an idle stream alive
 through proxies (`KEEPALIVE_COMMENT`, sent on the feed's beat every `feed.KEEPALIVE` seconds).
 With `?apps=A,B` or `?vips=v`, a stream gets those applications' and VIP addresses' changes
-alone, with their own hashcode (registry/reads/interest.py).
+alone, with their own hashcode (registry/reads/interest.py); streams that name the same ones
+share the work of sending them (registry/reads/fanout.py).
+
+A node holds at most `watch_streams_max` streams, and one client at most
+`watch_streams_per_credential`: the user name of its credential, or, when no credentials are
+configured, its address (an IPv6 one by its /64, as the fetch limit counts it). Beyond either
+a stream is refused 429 with a Retry-After, and counted (registry/reads/watchers.py).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 
 import orjson
 from aiohttp import hdrs, web
 
 from registry.appkeys import (
     CACHE,
-    CATALOG,
     CLOCK,
     FEED,
-    HASHCODES,
     JOURNAL,
     LIFECYCLE,
     LIMITER,
@@ -42,17 +47,19 @@ from registry.appkeys import (
 )
 from registry.codec.wire import EPOCH_HEADER, INDEX_HEADER
 from registry.common.tasks import SLICE, Pacer
-from registry.errors import IndexExpired, NotServed
-from registry.http import params
+from registry.errors import IndexExpired, NotServed, TooManyRequests
+from registry.http import auth, params
 from registry.http.discovery_api import check_index, forgotten
+from registry.http.ratelimit import client_key
 from registry.http.throttle import limited
 from registry.reads.fanout import KEEPALIVE_COMMENT
 from registry.reads.feed import ChangeFeed, sse
 from registry.reads.interest import Interest
 from registry.reads.journal import Entry
+from registry.reads.watchers import NODE
 
 RETRY_MS = 2000  # how long a disconnected EventSource waits before reconnecting
-MAX_HASHCODES = 256  # interests' hashcodes kept (those of the current index, in practice)
+REFUSED_RETRY_AFTER = "30"  # seconds: streams last; one closing frees a place only now and then
 
 
 async def watch(request: web.Request) -> web.StreamResponse:
@@ -77,6 +84,30 @@ async def watch(request: web.Request) -> web.StreamResponse:
     if position < registry.index and limiter is not None:
         # Catching up replays the journal (a deploy's minutes of it): as costly as a delta.
         limited(limiter, request.app[CLOCK])(request)
+    if request.method == "HEAD":
+        return await _prepared(request)
+    with _admitted(request):
+        response = await _prepared(request)
+        try:
+            try:
+                check_index(registry, journal, position, epoch)
+            except IndexExpired as exc:
+                await response.write(_reset(feed, str(exc)))
+                return response
+            hello = orjson.dumps({"index": position, "epoch": registry.epoch})
+            await response.write(
+                f"retry: {RETRY_MS}\n".encode()
+                + sse(hello, event="watching", id=feed.event_id(position))
+            )
+            await _stream(request, response, position, interest)
+        except ConnectionError:
+            pass  # the client went away
+    return response
+
+
+async def _prepared(request: web.Request) -> web.StreamResponse:
+    """The stream's response, its head sent."""
+    registry = request.app[REGISTRY]
     response = web.StreamResponse(
         headers={
             hdrs.CONTENT_TYPE: "text/event-stream",
@@ -87,34 +118,41 @@ async def watch(request: web.Request) -> web.StreamResponse:
         }
     )
     await response.prepare(request)
-    if request.method == "HEAD":
-        return response
-    feed.watchers += 1
-    try:
-        try:
-            check_index(registry, journal, position, epoch)
-        except IndexExpired as exc:
-            await response.write(_reset(feed, str(exc)))
-            return response
-        hello = orjson.dumps({"index": position, "epoch": registry.epoch})
-        await response.write(
-            f"retry: {RETRY_MS}\n".encode()
-            + sse(hello, event="watching", id=feed.event_id(position))
-        )
-        await _stream(request, response, position, interest)
-    except ConnectionError:
-        pass  # the client went away
-    finally:
-        feed.watchers -= 1
     return response
+
+
+@contextlib.contextmanager
+def _admitted(request: web.Request) -> Iterator[None]:
+    """Count the stream while it is open, or refuse it (429) past a cap."""
+    settings, streams = request.app[SETTINGS], request.app[FEED].streams
+    user = auth.principal(request)
+    client = f"credential {user}" if user is not None else f"address {client_key(request.remote)}"
+    per_node, per_client = settings.watch_streams_max, settings.watch_streams_per_credential
+    refused = streams.admit(client, per_node=per_node, per_client=per_client)
+    if refused == NODE:
+        raise TooManyRequests(
+            f"this node serves {per_node} watch streams at most (watch_streams_max); "
+            "long-poll apps/delta?index=N&wait=30s meanwhile",
+            retry_after=REFUSED_RETRY_AFTER,
+        )
+    if refused is not None:
+        raise TooManyRequests(
+            f"the {client} holds {streams.of(client)} watch streams, the most one client may "
+            "(watch_streams_per_credential)",
+            retry_after=REFUSED_RETRY_AFTER,
+        )
+    try:
+        yield
+    finally:
+        streams.leave(client)
 
 
 async def _stream(
     request: web.Request, response: web.StreamResponse, position: int, interest: Interest | None
 ) -> None:
     """Send every change after `position` as it happens, until the server stops: caught up,
-    a stream of the whole registry is the fan-out's to write to; behind, or watching some
-    applications or VIPs alone, it catches up here (the fan-out writes one frame to all)."""
+    the stream is the fan-out's to write to (one frame for every stream that watches the
+    same); behind, it catches up here."""
     feed, journal = request.app[FEED], request.app[JOURNAL]
     chunked = response.headers.get(hdrs.TRANSFER_ENCODING) == "chunked"
     while not feed.closed:
@@ -129,11 +167,10 @@ async def _stream(
             else:
                 await _send_of(request, response, interest, events, position)
             continue
-        if interest is None:
-            sent = await feed.fanout.park(request.transport, chunked, position, feed.index)
-            if sent is not None:
-                position = sent
-                continue
+        sent = await feed.fanout.park(request.transport, chunked, position, feed.index, interest)
+        if sent is not None:
+            position = sent
+            continue
         await _idle(response, feed, position)
 
 
@@ -164,7 +201,7 @@ async def _send_of(
     chosen = [event for event in events if interest.wants(event)]
     hashcode = None
     if chosen and position == registry.index:
-        hashcode = _hashcode(request, interest)
+        hashcode = feed.hashcode(interest)
     last = chosen[-1] if chosen else None
 
     def encoded(event: Entry) -> bytes:
@@ -175,19 +212,6 @@ async def _send_of(
     await _send(response, chosen, encoded)
     if last is None or last.index != position:
         await response.write(f"id: {feed.event_id(position)}\n\n".encode())
-
-
-def _hashcode(request: web.Request, interest: Interest) -> str:
-    """The interest's hashcode as the registry is now: worked out once for every stream with
-    the same interest at this index."""
-    registry, kept = request.app[REGISTRY], request.app[HASHCODES]
-    key = (interest, registry.index, registry.epoch)
-    found = kept.get(key)
-    if found is None:
-        if len(kept) >= MAX_HASHCODES:
-            kept.clear()
-        found = kept[key] = interest.hashcode(registry, request.app[CATALOG])
-    return str(found)
 
 
 async def _idle(response: web.StreamResponse, feed: ChangeFeed, position: int) -> None:

@@ -6,45 +6,59 @@ eviction sweep) wakes each waiter once, not once per change. A long-poll's timeo
 on the clock, not a task; watch streams' keepalives come from one feed-wide `beat`. Watch
 streams that have caught up are written to by the fan-out (`registry.reads.fanout`) instead, without
 waking at all. What changed is read from the delta journal by index; the feed keeps each
-change's watch event encoded once for every stream that sends it.
+change's watch event encoded once for every stream that sends it, and each interest's hashcode
+worked out once per registry index (registry/reads/interest.py).
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from collections.abc import Callable
 
 import orjson
 
 from registry.codec.json_codec import instance_dict
 from registry.common.clock import Clock
-from registry.core.model import ChangeEvent
+from registry.common.hashcode import hash_of_counts
+from registry.core.model import ChangeEvent, InstanceStatus
 from registry.core.registry import Registry
 from registry.core.subscriber import Subscriber
+from registry.reads.catalog import Catalog
 from registry.reads.fanout import FanOut
+from registry.reads.interest import AppStatuses, Interest
 from registry.reads.journal import DeltaJournal, Entry
+from registry.reads.watchers import Watchers
 
 _KEEP_ENCODED = 10_000  # encoded events kept for streams that are behind
+_KEEP_HASHCODES = 256  # interests' hashcodes kept (those of the current index, in practice)
 KEEPALIVE = 15.0  # seconds between beats: an idle watch stream sends a comment on each
 
 
 class ChangeFeed(Subscriber):
-    def __init__(self, registry: Registry, clock: Clock, journal: DeltaJournal) -> None:
+    def __init__(
+        self, registry: Registry, clock: Clock, journal: DeltaJournal, catalog: Catalog
+    ) -> None:
         self._registry = registry
         self._clock = clock
+        self._catalog = catalog
         self._waiting: set[asyncio.Future[None]] = set()
         self._encoded: dict[int, bytes] = {}
         self._bare: dict[int, bytes] = {}  # without a hashcode, for streams of some apps
         self._hashes: dict[int, str] = {}  # index: the registry's reconcile hash after it
-        self.fanout = FanOut(journal, self.encoded)
+        self._hashcodes: dict[tuple[Interest, int, str], str] = {}  # an interest's, by index
+        self.statuses = AppStatuses(registry)
+        self.fanout = FanOut(journal, self)
+        self.streams = Watchers()  # open watch streams, by client, and those refused
         self.closed = False
         self.beats = 0  # keepalive beats so far
-        self.watchers = 0  # open watch streams
         self.polls = 0  # long-polls waiting
 
     def on_change(self, event: ChangeEvent) -> None:
         """Registry listener: wake everyone waiting, and note the reconcile hash this change
         left for the streams to send with it (only while some are open: it costs a little)."""
+        self.statuses.on_change(event)
+        self.fanout.counted(event)
         if self.watchers:
             if len(self._hashes) >= 2 * _KEEP_ENCODED:
                 for old in list(self._hashes)[:_KEEP_ENCODED]:
@@ -57,6 +71,8 @@ class ChangeFeed(Subscriber):
 
     def on_load(self, registry: Registry) -> None:
         """Registry hook after a bulk load: wake everyone waiting."""
+        self.statuses.clear()
+        self.fanout.recount()
         self._wake()
 
     def beat(self) -> None:
@@ -108,6 +124,11 @@ class ChangeFeed(Subscriber):
         return len(self._waiting)
 
     @property
+    def watchers(self) -> int:
+        """Watch streams open now."""
+        return self.streams.open
+
+    @property
     def index(self) -> int:
         return self._registry.index
 
@@ -133,11 +154,33 @@ class ChangeFeed(Subscriber):
             if len(kept) >= 2 * _KEEP_ENCODED:  # forget the older half
                 for old in list(kept)[:_KEEP_ENCODED]:
                     del kept[old]
-            body = kept[event.index] = self.encoded_with(event, hashcode())
+            body = kept[event.index] = self._encode(event, hashcode())
         return body
 
-    def encoded_with(self, event: Entry, hashcode: str | None) -> bytes:
-        """A change as a Server-Sent Event with `hashcode` (none: without one)."""
+    def encoded_with(self, event: Entry, hashcode: str) -> bytes:
+        """A change as a Server-Sent Event with `hashcode`: its bare form with the hashcode
+        put in as the data's last field, so that the instance is encoded once whatever the
+        hashcodes that streams of different interests send it with."""
+        bare = self.encoded_bare(event)  # ends in b"}\n\n": the data's object, the event's end
+        return b'%b,"hashcode":%b}\n\n' % (bare[:-3], orjson.dumps(hashcode))
+
+    def hashcode(self, interest: Interest) -> str:
+        """`interest`'s hashcode as the registry is now: worked out once per registry index
+        for every stream with that interest."""
+        registry, kept = self._registry, self._hashcodes
+        key = (interest, registry.index, registry.epoch)
+        found = kept.get(key)
+        if found is None:
+            if len(kept) >= _KEEP_HASHCODES:
+                kept.clear()
+            found = kept[key] = hash_of_counts(self.counts(interest))
+        return found
+
+    def counts(self, interest: Interest) -> Counter[InstanceStatus]:
+        """The instances `interest` covers, as the registry is now, by status."""
+        return interest.counts(self._registry, self._catalog, self.statuses)
+
+    def _encode(self, event: Entry, hashcode: str | None) -> bytes:
         instance = event.lease.instance
         fields = {
             "index": event.index,

@@ -40,6 +40,7 @@ from registry.core.preservation import SelfPreservation
 from registry.core.registry import Registry
 from registry.logs import configure
 from registry.reads.cache import ResponseCache
+from registry.reads.catalog import Catalog
 from registry.reads.feed import ChangeFeed
 from registry.reads.journal import DeltaJournal
 from tests.bench import processes, workloads
@@ -406,7 +407,9 @@ async def _sweep_watched(leases: int, max_fraction: float, count: bool) -> dict[
         registry.register(make(f"i-{k}", app=f"APP{k % STALL_APPS}"), now_ms=long_ago)
     preservation = SelfPreservation(enabled=False)
     journal = DeltaJournal(retention_ms=180_000)
-    for part in (journal, ResponseCache(max_age=30), ChangeFeed(registry, clock, journal)):
+    # The catalog is the feed's for watch streams' hashcodes: none here, so it is not told.
+    feed = ChangeFeed(registry, clock, journal, Catalog(registry, max_age=30))
+    for part in (journal, ResponseCache(max_age=30), feed):
         registry.subscribe(part)
     evictor = Evictor(registry, clock, preservation, interval=5, max_fraction=max_fraction)
     gc.collect()  # the set-up's garbage is not the sweep's

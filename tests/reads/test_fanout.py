@@ -5,15 +5,23 @@ stand-ins for asyncio's that record what is written and can play a slow or gone 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import random
 
+import orjson
+
 from registry.common.clock import FakeClock
+from registry.common.hashcode import hash_of_counts, reconcile_hash
 from registry.common.tasks import SLICE
 from registry.core.registry import Registry
 from registry.reads import fanout
+from registry.reads.catalog import Catalog
 from registry.reads.feed import ChangeFeed
-from registry.reads.journal import DeltaJournal
+from registry.reads.interest import Interest
+from registry.reads.journal import DeltaJournal, Entry
+from rules import InstanceStatus
 from tests.factories import T0, make
+from tests.helpers import eventually
 
 
 class Transport(asyncio.WriteTransport):
@@ -34,12 +42,21 @@ class Transport(asyncio.WriteTransport):
     def is_closing(self) -> bool:
         return self.closing
 
+    @classmethod
+    def of(cls, data: bytes) -> Transport:
+        """A transport that was written `data` alone."""
+        transport = cls()
+        transport.written.append(data)
+        return transport
+
 
 def fed() -> tuple[Registry, ChangeFeed, DeltaJournal]:
     registry = Registry()
     journal = DeltaJournal(retention_ms=180_000)
-    feed = ChangeFeed(registry, FakeClock(), journal)
+    catalog = Catalog(registry, max_age=30)
+    feed = ChangeFeed(registry, FakeClock(), journal, catalog)
     registry.subscribe(journal)
+    registry.subscribe(catalog)
     registry.subscribe(feed)
     return registry, feed, journal
 
@@ -294,3 +311,212 @@ class TestOrder:
         await asyncio.gather(*handlers)
         assert all(indices(t) == list(range(1, k + 1)) for t in transports)
         assert feed.fanout.frames > 20 and handed_back > 5  # both ways were taken, often
+
+
+def watching(
+    feed: ChangeFeed, transport: Transport, interest: Interest, position: int = 0
+) -> asyncio.Task[int | None]:
+    return asyncio.ensure_future(feed.fanout.park(transport, False, position, feed.index, interest))
+
+
+def interest(apps: tuple[str, ...] = (), vips: tuple[str, ...] = ()) -> Interest:
+    return Interest(frozenset(apps), frozenset(vips))
+
+
+def events_of(transport: Transport) -> list[dict[str, object]]:
+    """The data of each event written (comments and `id`-only blocks left out)."""
+    data = b"".join(transport.written)
+    return [orjson.loads(line[6:]) for line in data.split(b"\n") if line.startswith(b"data: ")]
+
+
+class TestSubscriptions:
+    async def test_streams_of_one_interest_share_one_frame_and_others_get_theirs(self):
+        registry, feed, _ = fed()
+        orders = [Transport() for _ in range(3)]
+        billing, everything = Transport(), Transport()
+        parked = [watching(feed, t, interest(("ORDERS",))) for t in orders]
+        parked += [watching(feed, billing, interest(("BILLING",))), park(feed, everything, 0)]
+        await settle()
+        assert (5, 3) == (len(feed.fanout), feed.fanout.subscriptions)
+        register(registry, 1, app="ORDERS")
+        await settle()
+        assert 1 == len({b"".join(t.written) for t in orders})
+        assert [{"instanceId": "i-1", "hashcode": "UP_1_"}] == [
+            {key: event[key] for key in ("instanceId", "hashcode")}
+            for event in events_of(orders[0])
+        ]
+        assert ([], [1]) == (billing.written, indices(everything))
+        register(registry, 2, app="BILLING")
+        await settle()
+        assert (["i-2"], [1, 2]) == (
+            [event["instanceId"] for event in events_of(billing)],
+            indices(everything),
+        )
+        assert 1 == len(orders[0].written)
+        feed.close()
+        await asyncio.gather(*parked)
+        assert 0 == feed.fanout.subscriptions
+
+    async def test_a_change_is_encoded_once_whatever_the_interests_that_want_it(self):
+        """Fifty interests, each with its own hashcode: the instance is encoded once, and
+        each frame is what encoding it whole with that hashcode gives."""
+        registry, feed, journal = fed()
+        register(registry, 0, app="ORDERS", status=InstanceStatus.DOWN)
+        for k in range(50):  # the interests differ in what they count: APPk has k instances
+            for j in range(k):
+                register(registry, 100 * k + j, app=f"APP{k}")
+        transports = [Transport() for _ in range(50)]
+        parked = [
+            watching(feed, t, interest(("ORDERS", *(f"APP{n}" for n in range(k)))), feed.index)
+            for k, t in enumerate(transports)
+        ]
+        await settle()
+        encodings = 0
+        encode = feed._encode
+
+        def counted(event: Entry, hashcode: str | None) -> bytes:
+            nonlocal encodings
+            encodings += 1
+            return encode(event, hashcode)
+
+        feed._encode = counted  # type: ignore[method-assign]
+        register(registry, 1, app="ORDERS")
+        await settle()
+        assert 1 == encodings
+        (event,) = journal.after(feed.index - 1) or []
+        for k, transport in enumerate(transports):
+            hashcode = reconcile_hash(
+                [InstanceStatus.DOWN, InstanceStatus.UP] + [InstanceStatus.UP] * (k * (k - 1) // 2)
+            )
+            assert [encode(event, hashcode)] == transport.written
+        feed.close()
+        await asyncio.gather(*parked)
+
+    async def test_a_subscriptions_hashcode_follows_what_it_watches(self):
+        """Registrations, a status change, an instance joining and leaving a watched VIP and a
+        cancel: each event's hashcode is the reconcile hash of the registry's matching
+        instances counted afresh."""
+        registry, feed, _ = fed()
+        watched = interest(("ORDERS",), ("checkout",))
+        transport = Transport()
+        parked = watching(feed, transport, watched)
+        await settle()
+        changes = [
+            lambda: register(registry, 1, app="ORDERS"),
+            lambda: register(registry, 2, app="BILLING"),
+            lambda: register(registry, 3, app="CARTS", vip_address="carts,checkout"),
+            lambda: registry.register(
+                make("i-1", "ORDERS", InstanceStatus.DOWN, dirty=T0 + 50), now_ms=T0 + 50
+            ),
+            lambda: registry.register(
+                make("i-3", "CARTS", dirty=T0 + 60, vip_address="carts"), now_ms=T0 + 60
+            ),
+            lambda: register(registry, 4, app="CARTS", secure_vip_address="checkout"),
+            lambda: registry.cancel("ORDERS", "i-1", now_ms=T0 + 70),
+        ]
+        expected = []
+        for change in changes:
+            change()
+            await settle()
+            expected.append(
+                reconcile_hash(
+                    lease.instance.status
+                    for lease in registry.leases()
+                    if watched.matches(lease.instance)
+                )
+            )
+        sent = [event.get("hashcode") for event in events_of(transport)]
+        del expected[1]  # BILLING's change is not sent
+        assert expected == sent
+        assert ["UP_1_", "UP_2_", "DOWN_1_UP_1_", "DOWN_1_", "DOWN_1_UP_1_", "UP_1_"] == sent
+        feed.close()
+        await parked
+
+    async def test_a_subscription_that_changes_skip_is_moved_on_at_the_beat(self):
+        registry, feed, _ = fed()
+        quiet, everything = Transport(), Transport()
+        parked = [watching(feed, quiet, interest(("ORDERS",))), park(feed, everything, 0)]
+        await settle()
+        register(registry, 1, app="BILLING")
+        await settle()
+        assert ([], [1]) == (quiet.written, indices(everything))
+        feed.beat()
+        await settle()
+        event_id = feed.event_id(1).encode()
+        assert [b": keepalive\nid: " + event_id + b"\n\n"] == quiet.written
+        assert fanout.KEEPALIVE_COMMENT in everything.written[-1]
+        feed.close()
+        await asyncio.gather(*parked)
+
+    async def test_a_subscription_with_a_burst_over_the_frame_limit_alone_goes_back(self):
+        registry, feed, _ = fed()
+        big, small = Transport(), Transport()
+        parked_big = watching(feed, big, interest(("BIG",)))
+        parked_small = watching(feed, small, interest(("SMALL",)))
+        await settle()
+        blob = {"metadata": {"blob": "x" * 4096}}
+        for k in range(1, fanout.MAX_FRAME // 4096 + 2):
+            register(registry, k, app="BIG", **blob)
+        register(registry, 1000, app="SMALL")
+        await settle()
+        assert (0, []) == (await parked_big, big.written)
+        assert ["i-1000"] == [event["instanceId"] for event in events_of(small)]
+        assert (1, False) == (len(feed.fanout), parked_small.done())
+        feed.close()
+        await parked_small
+
+    async def test_a_long_round_while_changes_came_is_followed_by_a_rest_and_they_join(self):
+        """A round that took longer than `rest_after` (here each is timed 20 ms) while a
+        change came is followed by a rest as long; that change and one made in another turn
+        of the loop during the rest go out in one frame."""
+        registry, feed, _ = fed()
+        feed.fanout.work_timer = itertools.count(step=0.02).__next__
+        transports = [Transport() for _ in range(SLICE + 1)]  # two slices: a turn between
+        parked = [park(feed, t, 0) for t in transports]
+        await settle()
+        register(registry, 1)
+        await asyncio.sleep(0)  # the first slice is written; the fan-out gives a turn
+        register(registry, 2)
+        await settle()
+        assert 1 == feed.fanout.rests
+        register(registry, 3)
+        last = transports[-1]
+        await eventually(lambda: len(last.written), lambda writes: writes == 2)
+        assert ([[1], [2, 3]], 2) == (
+            [indices(Transport.of(chunk)) for chunk in last.written],
+            feed.fanout.frames,
+        )
+        feed.close()
+        await asyncio.gather(*parked)
+
+    async def test_a_change_alone_is_not_held_back_by_a_rest(self):
+        """A long round after which nothing had changed rests not: the next change goes out
+        at once."""
+        registry, feed, _ = fed()
+        feed.fanout.work_timer = itertools.count(step=0.02).__next__
+        transport = Transport()
+        parked = park(feed, transport, 0)
+        await settle()
+        for k in (1, 2):
+            register(registry, k)
+            await settle()
+        assert ([1, 2], 0) == (indices(transport), feed.fanout.rests)
+        feed.close()
+        await parked
+
+
+class TestAppStatuses:
+    def test_an_applications_counts_follow_its_changes_and_go_when_it_empties(self):
+        registry, feed, _ = fed()
+        statuses = feed.statuses
+        assert ({}, 0) == (dict(statuses.of("ORDERS")), len(statuses))  # none: not kept
+        register(registry, 1, app="ORDERS")
+        assert {InstanceStatus.UP: 1} == dict(statuses.of("ORDERS"))
+        register(registry, 2, app="ORDERS", status=InstanceStatus.DOWN)
+        registry.register(make("i-1", "ORDERS", InstanceStatus.DOWN, dirty=T0 + 9), now_ms=T0 + 9)
+        assert "DOWN_2_" == hash_of_counts(statuses.of("ORDERS"))
+        registry.cancel("ORDERS", "i-1", now_ms=T0 + 10)
+        registry.cancel("ORDERS", "i-2", now_ms=T0 + 10)
+        assert 0 == len(statuses)
+        register(registry, 3, app="ORDERS")
+        assert "UP_1_" == hash_of_counts(statuses.of("ORDERS"))
