@@ -53,7 +53,11 @@ class Cluster(Subscriber):
         self._fanout: tuple[Dispatcher, ...] = ()
         self.membership = Membership(
             grace=settings.peer_dns_grace,
-            dns=DnsLookups(settings.peer_dns) if settings.peer_dns else None,
+            dns=(
+                DnsLookups(settings.peer_dns, max_peers=settings.peer_dns_max_peers)
+                if settings.peer_dns
+                else None
+            ),
         )
         # Set when a peer that could not be reached answers again: anti-entropy runs at once.
         self.returned = asyncio.Event()
@@ -78,10 +82,13 @@ class Cluster(Subscriber):
         self.membership.static = tuple(urls)
         self._apply("the peers setting")
 
-    def dns_found(self, urls: Iterable[str]) -> None:
-        """DNS named these peers (our own address among them is skipped)."""
+    def dns_found(self, urls: Iterable[str], refused: dict[str, int] | None = None) -> None:
+        """DNS named these peers, in a stable order (our own address among them is skipped,
+        and those beyond `peer_dns_max_peers` are only counted), and refused `refused`."""
         found = [url for url in urls if not self.is_self(url)]
-        self.membership.found(found, self._clock.monotonic(), self._clock.wall_ms())
+        self.membership.found(
+            found, self._clock.monotonic(), self._clock.wall_ms(), refused=refused
+        )
         if self._apply("dns"):
             self.returned.set()  # a new peer: compare registries with it now (anti-entropy)
 

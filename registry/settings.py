@@ -97,6 +97,9 @@ class Settings:
     # A peer gone from DNS is dropped this long after it was last seen (a restart keeps it)
     peer_dns_grace: float = 60 * SECONDS
     peer_dns_nameservers: tuple[str, ...] = ()  # host:port each; none: the system's
+    # At most this many peers are taken from an answer (the first, by address); the rest are
+    # counted and shown. A cluster is a handful of nodes: 300 addresses are a bad answer.
+    peer_dns_max_peers: int = 16
     replication_batch_size: int = 250  # items a batch carries, up to MAX_BATCH_ITEMS
     replication_batch_delay: float = 0.5 * SECONDS  # how long a heartbeat waits to coalesce
     # How long any other change waits: long enough to gather a burst made in one go; under
@@ -221,6 +224,7 @@ class Settings:
         for key in (
             "replication_batch_size",
             "replication_max_pending",
+            "peer_dns_max_peers",
             "health_check_concurrency",
             "health_check_failures",
             "health_check_successes",
