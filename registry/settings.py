@@ -48,7 +48,12 @@ class Settings:
     client_applications: tuple[str, ...] = ()
     admin_credentials: tuple[str, ...] = field(default=(), repr=False)
     admin_tokens: tuple[str, ...] = field(default=(), repr=False)  # HTTP bearer tokens
-    peer_credential: str = field(default="", repr=False)  # sent to peers, and required of them
+    # Required of peers; proven to them by signing each request with it, never sent itself
+    peer_credential: str = field(default="", repr=False)
+    # A peer listed in `peers` that refuses the signature (401: a stock Eureka server, or a
+    # node of an earlier release during a rolling upgrade) gets it as HTTP Basic instead;
+    # never a peer found by DNS.
+    peer_basic_fallback: bool = False
     insecure_public_bind: bool = False  # serve a non-loopback address without credentials
     # Reverse proxies (addresses or networks) whose X-Forwarded-Prefix the page follows
     trusted_proxies: tuple[str, ...] = ()
