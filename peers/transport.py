@@ -200,17 +200,9 @@ class PeerClient:
                 status = response.status
                 self._learn(response.headers, status)
                 self.answering = status < 500
-        except aiohttp.ConnectionTimeoutError as exc:  # no connection: unreachable, not busy
+        except (aiohttp.ClientError, TimeoutError) as exc:
             self.answering = False
-            raise PeerUnavailable(
-                f"{self.url}: connect timed out ({exc!r})", congested=False
-            ) from None
-        except TimeoutError as exc:
-            self.answering = False
-            raise PeerUnavailable(f"{self.url}: timed out ({exc!r})", congested=True) from None
-        except aiohttp.ClientError as exc:
-            self.answering = False
-            raise PeerUnavailable(f"{self.url}: {exc}", congested=False) from None
+            raise _unavailable(self.url, exc) from None
         if status == 401 and signer is not None and self.basic_fallback and not basic:
             # A stock Eureka server, or one of our earlier releases: Basic, as it asks.
             self.takes_basic = True
@@ -230,6 +222,27 @@ class PeerClient:
         if status == 401 or (status == 403 and b'"forbidden"' in body):
             raise PeerRefused(f"{self.url}: {status}: it does not take our peer_credential")
         raise PeerRefused(f"{self.url}{path}: {status} {body[:200].decode(errors='replace')}")
+
+
+def _unavailable(url: str, exc: BaseException) -> PeerUnavailable:
+    """The failure, told in words, and `exc`'s tracebacks dropped. A failed call's exceptions
+    and the frames their tracebacks hold form reference cycles, which only the collector
+    frees; the server freezes the heap every second (registry/health/heap.py), so cycles
+    caught by a freeze were kept for good: an unreachable peer, tried every second or two,
+    grew the heap 37 KB a second."""
+    if isinstance(exc, aiohttp.ConnectionTimeoutError):  # no connection: unreachable, not busy
+        error = PeerUnavailable(f"{url}: connect timed out ({exc!r})", congested=False)
+    elif isinstance(exc, TimeoutError):
+        error = PeerUnavailable(f"{url}: timed out ({exc!r})", congested=True)
+    else:
+        error = PeerUnavailable(f"{url}: {exc}", congested=False)
+    seen: BaseException | None = exc
+    for _ in range(8):  # the chain of causes: a few links at most
+        if seen is None:
+            break
+        seen.__traceback__ = None
+        seen = seen.__cause__ or seen.__context__
+    return error
 
 
 class _NotFound(PeerRefused):
