@@ -163,9 +163,9 @@ class TestCap:
         self, stub: StubDns, aiohttp_client: AiohttpClient
     ):
         """An answer of 40 peers makes 16 (the first by address, this node's own left out);
-        the rest are counted in GET status and /metrics and logged once, not at every
-        lookup; an answer within the cap ends the series."""
-        stub.set(NAME, ["127.0.0.1", *(f"127.0.1.{n}" for n in range(40, 0, -1))])
+        the rest, and the address refused, are counted in GET status and /metrics and logged
+        once, not at every lookup; an answer within the cap ends the series."""
+        stub.set(NAME, ["127.0.0.1", "224.0.0.9", *(f"127.0.1.{n}" for n in range(40, 0, -1))])
         settings = dns_settings(stub, store=False, peer_dns_interval=60, peer_sync_budget=1)
         with capture_logs() as logs:
             client = await aiohttp_client(create_app(settings))
@@ -175,9 +175,15 @@ class TestCap:
             wanted = [f"http://127.0.1.{n}:8761/eureka/" for n in range(1, 17)]
             assert wanted == list(cluster.dispatchers)
             dns = (await fetch_json(client, "/eureka/status"))["membership"]["dns"]
-            assert (wanted, 24, 16) == (dns["found"], dns["dropped"], dns["maxPeers"])
+            assert (wanted, 24, 16, {"multicast": 1}) == (
+                dns["found"],
+                dns["dropped"],
+                dns["maxPeers"],
+                dns["refused"],
+            )
             metrics = await (await client.get("/metrics")).text()
             assert "registry_peer_dns_dropped 24.0" in metrics
+            assert 'registry_peer_dns_refused{reason="multicast"} 1.0' in metrics
             assert "registry_peers 16.0" in metrics
             page = await (await client.get("/")).text()
             assert "24 beyond peer_dns_max_peers (16)" in page
@@ -185,6 +191,7 @@ class TestCap:
             await refresh(peer_dns, cluster)
             stub.set(NAME, [f"127.0.1.{n}" for n in range(1, 20)])
             await refresh(peer_dns, cluster)
+        assert 1 == len([e for e in logs if e["event"] == "peer_dns_refused"])
         capped = [e for e in logs if e["event"] == "peer_dns_capped"]
         assert [(40, 16, 24), (19, 16, 3)] == [
             (e["named"], e["kept"], e["dropped"]) for e in capped
