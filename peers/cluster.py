@@ -23,7 +23,7 @@ import structlog
 from peers.dispatcher import Dispatcher
 from peers.membership import DnsLookups, Membership
 from peers.pending import Task
-from peers.transport import PeerClient, new_session
+from peers.transport import PeerClient, Signer, new_session
 from registry.common.clock import Clock
 from registry.core.model import InstanceStatus, ReplicationAction
 from registry.core.registry import Registry
@@ -48,12 +48,17 @@ class Cluster(Subscriber):
         self._settings = settings
         self._runs: dict[str, asyncio.Task[None]] = {}
         self._session: aiohttp.ClientSession | None = None
+        self._signer = Signer(settings.peer_credential, clock) if settings.peer_credential else None
         self._local_names: frozenset[str] = frozenset()
         self._local_addresses: set[str] = set()
         self._fanout: tuple[Dispatcher, ...] = ()
         self.membership = Membership(
             grace=settings.peer_dns_grace,
-            dns=DnsLookups(settings.peer_dns) if settings.peer_dns else None,
+            dns=(
+                DnsLookups(settings.peer_dns, max_peers=settings.peer_dns_max_peers)
+                if settings.peer_dns
+                else None
+            ),
         )
         # Set when a peer that could not be reached answers again: anti-entropy runs at once.
         self.returned = asyncio.Event()
@@ -62,7 +67,6 @@ class Cluster(Subscriber):
         self._session = new_session(
             connect_timeout=self._settings.peer_connect_timeout,
             read_timeout=self._settings.peer_read_timeout,
-            credential=self._settings.peer_credential,
         )
         self._local_names = await asyncio.to_thread(local_names, self._settings.host)
         self.set_peers(self._settings.peers)
@@ -78,10 +82,13 @@ class Cluster(Subscriber):
         self.membership.static = tuple(urls)
         self._apply("the peers setting")
 
-    def dns_found(self, urls: Iterable[str]) -> None:
-        """DNS named these peers (our own address among them is skipped)."""
+    def dns_found(self, urls: Iterable[str], refused: dict[str, int] | None = None) -> None:
+        """DNS named these peers, in a stable order (our own address among them is skipped,
+        and those beyond `peer_dns_max_peers` are only counted), and refused `refused`."""
         found = [url for url in urls if not self.is_self(url)]
-        self.membership.found(found, self._clock.monotonic(), self._clock.wall_ms())
+        self.membership.found(
+            found, self._clock.monotonic(), self._clock.wall_ms(), refused=refused
+        )
         if self._apply("dns"):
             self.returned.set()  # a new peer: compare registries with it now (anti-entropy)
 
@@ -103,8 +110,11 @@ class Cluster(Subscriber):
         added = False
         for url in wanted:
             if url not in self.dispatchers:
+                # Basic, to a peer that refuses the signature, only where the operator
+                # listed it and said so: never to a peer a DNS answer named.
+                fallback = self._settings.peer_basic_fallback and url in self.membership.static
                 dispatcher = Dispatcher(
-                    PeerClient(self._session, url),
+                    PeerClient(self._session, url, self._signer, basic_fallback=fallback),
                     self._registry,
                     self._clock,
                     self._settings,

@@ -33,6 +33,9 @@ class DnsLookups:
     last_success_ms: int | None = None
     last_error: str = ""
     found: tuple[str, ...] = ()  # the URLs the last answer named (this node's own left out)
+    max_peers: int = 16  # at most this many of them are taken (`peer_dns_max_peers`)
+    dropped: int = 0  # how many more the last answer named, beyond max_peers
+    refused: dict[str, int] = field(default_factory=dict)  # its addresses no peer can have
 
     @property
     def answered(self) -> bool:
@@ -49,6 +52,9 @@ class DnsLookups:
             "lastSuccessTimestamp": self.last_success_ms,
             "lastError": self.last_error,
             "found": list(self.found),
+            "maxPeers": self.max_peers,
+            "dropped": self.dropped,
+            "refused": dict(self.refused),
         }
 
 
@@ -65,17 +71,28 @@ class Membership:
         """Every peer: the static ones first, in their order, then those from DNS."""
         return list(dict.fromkeys((*self.static, *self._seen)))
 
-    def found(self, urls: Iterable[str], now: float, wall_ms: int) -> None:
-        """DNS answered with `urls`: they are peers; one it no longer names goes after the
+    def found(
+        self,
+        urls: Iterable[str],
+        now: float,
+        wall_ms: int,
+        *,
+        refused: dict[str, int] | None = None,
+    ) -> None:
+        """DNS answered with `urls` (in a stable order), and refused `refused`: the first
+        `max_peers` are peers, the rest are counted; one it no longer names goes after the
         grace."""
         assert self.dns is not None, "no peer_dns to look up"
         named = tuple(dict.fromkeys(urls))
+        dns = self.dns
+        dns.dropped = max(len(named) - dns.max_peers, 0)
+        dns.refused = dict(refused or {})
+        named = named[: dns.max_peers]
         for url in named:
             self._seen[url] = now
         for url, seen in list(self._seen.items()):
             if now - seen > self.grace:
                 del self._seen[url]
-        dns = self.dns
         dns.lookups += 1
         dns.found = named
         dns.last_success_ms = wall_ms

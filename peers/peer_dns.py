@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+from collections import Counter
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 
 import dns.asyncresolver
 import dns.exception
@@ -28,6 +30,7 @@ import dns.resolver
 import structlog
 
 from peers.cluster import Cluster
+from peers.peer_addresses import Screen
 from registry.settings import Settings, nameserver
 
 log = structlog.get_logger()
@@ -40,44 +43,68 @@ class LookupFailed(Exception):
     """DNS did not answer, or said the name does not exist."""
 
 
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """What one lookup gave: the peers' URLs, and the addresses refused, counted by why
+    (peers/peer_addresses.py)."""
+
+    urls: list[str]
+    refused: dict[str, int] = field(default_factory=dict)
+
+
 class PeerDns:
     def __init__(self, settings: Settings) -> None:
         self._settings = settings
         self._resolver: dns.asyncresolver.Resolver | None = None
+        self._screen = Screen.for_host(settings.host)
 
-    async def lookup(self) -> list[str]:
-        """The peers' URLs the name gives now; LookupFailed when it cannot be told (within
-        the lookup's time, every query included)."""
+    async def lookup(self) -> Answer:
+        """The peers the name gives now, and the addresses refused; LookupFailed when it
+        cannot be told (within the lookup's time, every query included)."""
         resolver = await self._get_resolver()
         name = self._settings.peer_dns
         try:
             async with asyncio.timeout(resolver.lifetime):
-                return await self._urls(resolver, name)
+                found = await self._found(resolver, name)
         except TimeoutError:
             raise LookupFailed(f"{name}: no answer within {resolver.lifetime:g} s") from None
         except dns.resolver.NXDOMAIN:
             raise LookupFailed(f"{name} does not exist (NXDOMAIN)") from None
         except (dns.exception.DNSException, OSError) as exc:
             raise LookupFailed(f"{name}: {exc or type(exc).__name__}") from None
+        return self._screened(found)
 
-    async def _urls(self, resolver: dns.asyncresolver.Resolver, name: str) -> list[str]:
+    async def _found(self, resolver: dns.asyncresolver.Resolver, name: str) -> set[tuple[str, int]]:
+        """Every (address, port) the name gives."""
         srv = await resolver.resolve(name, "SRV", search=True, raise_on_no_answer=False)
         if srv.rrset is None:
             port = self._settings.peer_dns_port
-            return sorted(self._url(a, port) for a in await _addresses(resolver, name))
+            return {(a, port) for a in await _addresses(resolver, name)}
         targets = _srv_targets(
             ((r.target, r.port) for r in srv), wanted_port=self._settings.peer_dns_port
         )
         found = await asyncio.gather(
             *(_target_addresses(resolver, target) for target, _ in targets)
         )
-        return sorted(
-            {
-                self._url(address, port)
-                for (_, port), addresses in zip(targets, found, strict=True)
-                for address in addresses
-            }
-        )
+        return {
+            (address, port)
+            for (_, port), addresses in zip(targets, found, strict=True)
+            for address in addresses
+        }
+
+    def _screened(self, found: set[tuple[str, int]]) -> Answer:
+        """The peers' URLs in a stable order (by address, then port), the addresses no peer
+        can have left out and counted by why."""
+        refused: Counter[str] = Counter()
+        taken = []
+        for address, port in found:
+            why = self._screen.refusal(address)
+            if why is None:
+                taken.append((ipaddress.ip_address(address), port))
+            else:
+                refused[why] += 1
+        taken.sort(key=lambda a: (a[0].version, a[0], a[1]))
+        return Answer([self._url(str(a), port) for a, port in taken], dict(refused))
 
     async def _get_resolver(self) -> dns.asyncresolver.Resolver:
         if self._resolver is None:
@@ -101,7 +128,7 @@ class PeerDns:
         return resolver
 
     def _url(self, address: str, port: int) -> str:
-        host = f"[{address}]" if ipaddress.ip_address(address).version == 6 else address
+        host = f"[{address}]" if ":" in address else address
         return f"http://{host}:{port}{self._settings.peer_dns_path}"
 
 
@@ -147,7 +174,7 @@ async def refresh(peer_dns: PeerDns, cluster: Cluster) -> None:
     dns_state = cluster.membership.dns
     assert dns_state is not None
     try:
-        urls = await peer_dns.lookup()
+        answer = await peer_dns.lookup()
     except LookupFailed as exc:
         first = dns_state.failing_since_ms is None
         cluster.dns_failed(str(exc))
@@ -157,5 +184,18 @@ async def refresh(peer_dns: PeerDns, cluster: Cluster) -> None:
         )
         return
     if dns_state.failing_since_ms is not None:
-        log.info("peer_dns_answers_again", name=dns_state.name, found=len(urls))
-    cluster.dns_found(urls)
+        log.info("peer_dns_answers_again", name=dns_state.name, found=len(answer.urls))
+    were_dropped, were_refused = dns_state.dropped, bool(dns_state.refused)
+    cluster.dns_found(answer.urls, answer.refused)
+    # Each said once when it begins (the next answers say the same; GET status and /metrics
+    # keep the count), and again only after an answer without any.
+    if dns_state.dropped and not were_dropped:
+        log.warning(
+            "peer_dns_capped",
+            name=dns_state.name,
+            named=len(dns_state.found) + dns_state.dropped,
+            kept=len(dns_state.found),
+            dropped=dns_state.dropped,
+        )
+    if dns_state.refused and not were_refused:
+        log.warning("peer_dns_refused", name=dns_state.name, refused=dns_state.refused)

@@ -1,9 +1,16 @@
 """HTTP to one peer: the batch, start-up sync and anti-entropy calls.
 
 Every request carries the replication header (set on the node's one ClientSession), so the
-peer applies what we send as a replication. A peer that has not copied its own peers yet
-answers our reads 403 `not_synced` (PeerSyncing): it is starting too. Failures come back as one
-of the exceptions below, which say what to do next.
+peer applies what we send as a replication, and, once credentials are configured, a signature
+made with the peer credential (registry/codec/peer_signature.py): the credential itself is
+never sent, so a listener a DNS answer names learns nothing it can reuse. A peer that refuses
+the signature (401: a stock Eureka server, or a node of an earlier release during a rolling
+upgrade) gets the credential as HTTP Basic only when it is listed in `peers` and
+`peer_basic_fallback` says so; never a peer found by DNS.
+
+A peer that has not copied its own peers yet answers our reads 403 `not_synced` (PeerSyncing):
+it is starting too. Failures come back as one of the exceptions below, which say what to do
+next.
 """
 
 from __future__ import annotations
@@ -14,8 +21,11 @@ from urllib.parse import quote
 
 import aiohttp
 import orjson
+import structlog
 from aiohttp import hdrs
+from yarl import URL
 
+from registry.codec.peer_signature import peer_key, sign
 from registry.codec.wire import (
     CHECKS_HEADER,
     EPOCH_HEADER,
@@ -24,6 +34,9 @@ from registry.codec.wire import (
     REPLICATION_USER_AGENT,
     basic_authorization,
 )
+from registry.common.clock import Clock
+
+log = structlog.get_logger()
 
 
 class PeerError(Exception):
@@ -46,19 +59,34 @@ class PeerSyncing(PeerError):
     """The peer is itself still copying the registry from its own peers."""
 
 
-def new_session(
-    *, connect_timeout: float, read_timeout: float, credential: str = ""
-) -> aiohttp.ClientSession:
-    """The node's one session for all its peers (call inside the running loop); `credential`,
-    `user:password`, is the peer credential every node of the cluster shares."""
+class Signer:
+    """Signs requests with the peer credential every node of the cluster shares."""
+
+    def __init__(self, credential: str, clock: Clock) -> None:
+        self._key = peer_key(credential)
+        self._clock = clock
+        self.basic = basic_authorization(credential)  # for `peer_basic_fallback` only
+
+    def authorization(self, method: str, url: URL, body: bytes) -> str:
+        return sign(
+            self._key,
+            method=method,
+            host=url.raw_authority,
+            target=url.raw_path_qs,
+            body=body,
+            now_ms=self._clock.wall_ms(),
+        )
+
+
+def new_session(*, connect_timeout: float, read_timeout: float) -> aiohttp.ClientSession:
+    """The node's one session for all its peers (call inside the running loop). It carries
+    no credential: each request is signed on its own (PeerClient)."""
     headers = {
         REPLICATION_HEADER: "true",
         PEER_HEADER: "1",
         hdrs.ACCEPT: "application/json",
         hdrs.USER_AGENT: REPLICATION_USER_AGENT,
     }
-    if credential:
-        headers[hdrs.AUTHORIZATION] = basic_authorization(credential)
     return aiohttp.ClientSession(
         timeout=aiohttp.ClientTimeout(
             total=None,
@@ -73,9 +101,21 @@ def new_session(
 
 
 class PeerClient:
-    def __init__(self, session: aiohttp.ClientSession, url: str) -> None:
+    def __init__(
+        self,
+        session: aiohttp.ClientSession,
+        url: str,
+        signer: Signer | None = None,
+        *,
+        basic_fallback: bool = False,
+    ) -> None:
         self.url = url  # the base URL, ending in a slash: http://10.0.0.2:8761/eureka/
         self._session = session
+        self._signer = signer  # None: no credentials configured, nothing to present
+        # May this peer get the credential as Basic when it refuses the signature (a peer
+        # listed in `peers`, with `peer_basic_fallback`), and does it now.
+        self.basic_fallback = basic_fallback
+        self.takes_basic = False
         # Whether the peer is a stock Eureka server (None: not known yet): batch items for one
         # leave out the fields of ours it cannot read.
         self.stock: bool | None = None
@@ -94,6 +134,8 @@ class PeerClient:
         A 5xx says nothing either way."""
         if EPOCH_HEADER in headers:
             self.stock = False
+            if self.epoch != headers[EPOCH_HEADER]:
+                self.takes_basic = False  # restarted, maybe upgraded: sign again
             self.epoch = headers[EPOCH_HEADER]
         if CHECKS_HEADER in headers:
             self.checks = headers[CHECKS_HEADER] == "on"
@@ -133,33 +175,46 @@ class PeerClient:
         """GET peerreplication/digest: the peer's per-application digests."""
         return _object(await self._call("GET", "peerreplication/digest"), self.url)
 
-    async def _call(self, method: str, path: str, **kwargs: Any) -> Any:
+    async def _call(
+        self,
+        method: str,
+        path: str,
+        *,
+        data: bytes = b"",
+        headers: dict[str, str] | None = None,
+    ) -> Any:
+        url = URL(self.url + path)
+        sent = dict(headers or {})
+        signer = self._signer
+        if signer is not None:
+            sent[hdrs.HOST] = url.raw_authority  # what is signed is what is sent
+            basic = self.takes_basic
+            sent[hdrs.AUTHORIZATION] = (
+                signer.basic if basic else signer.authorization(method, url, data)
+            )
         try:
             async with self._session.request(
-                method, self.url + path, headers=kwargs.pop("headers", None), **kwargs
+                method, url, headers=sent, data=data or None
             ) as response:
                 body = await response.read()
                 status = response.status
                 self._learn(response.headers, status)
                 self.answering = status < 500
-        except aiohttp.ConnectionTimeoutError as exc:  # no connection: unreachable, not busy
+        except (aiohttp.ClientError, TimeoutError) as exc:
             self.answering = False
-            raise PeerUnavailable(
-                f"{self.url}: connect timed out ({exc!r})", congested=False
-            ) from None
-        except TimeoutError as exc:
-            self.answering = False
-            raise PeerUnavailable(f"{self.url}: timed out ({exc!r})", congested=True) from None
-        except aiohttp.ClientError as exc:
-            self.answering = False
-            raise PeerUnavailable(f"{self.url}: {exc}", congested=False) from None
+            raise _unavailable(self.url, exc) from None
+        if status == 401 and signer is not None and self.basic_fallback and not basic:
+            # A stock Eureka server, or one of our earlier releases: Basic, as it asks.
+            self.takes_basic = True
+            log.warning("peer_refuses_signature", peer=self.url, sending="basic")
+            return await self._call(method, path, data=data, headers=headers)
         if status == 200:
             try:
                 return orjson.loads(body)
             except orjson.JSONDecodeError:
                 raise PeerRefused(f"{self.url}{path}: the answer is not JSON") from None
-        if status == 503:
-            raise PeerUnavailable(f"{self.url}: 503 (busy)", congested=True)
+        if status in (503, 429):
+            raise PeerUnavailable(f"{self.url}: {status} (busy)", congested=True)
         if status == 404:
             raise _NotFound(path)
         if status == 403 and b'"not_synced"' in body:
@@ -167,6 +222,27 @@ class PeerClient:
         if status == 401 or (status == 403 and b'"forbidden"' in body):
             raise PeerRefused(f"{self.url}: {status}: it does not take our peer_credential")
         raise PeerRefused(f"{self.url}{path}: {status} {body[:200].decode(errors='replace')}")
+
+
+def _unavailable(url: str, exc: BaseException) -> PeerUnavailable:
+    """The failure, told in words, and `exc`'s tracebacks dropped. A failed call's exceptions
+    and the frames their tracebacks hold form reference cycles, which only the collector
+    frees; the server freezes the heap every second (registry/health/heap.py), so cycles
+    caught by a freeze were kept for good: an unreachable peer, tried every second or two,
+    grew the heap 37 KB a second."""
+    if isinstance(exc, aiohttp.ConnectionTimeoutError):  # no connection: unreachable, not busy
+        error = PeerUnavailable(f"{url}: connect timed out ({exc!r})", congested=False)
+    elif isinstance(exc, TimeoutError):
+        error = PeerUnavailable(f"{url}: timed out ({exc!r})", congested=True)
+    else:
+        error = PeerUnavailable(f"{url}: {exc}", congested=False)
+    seen: BaseException | None = exc
+    for _ in range(8):  # the chain of causes: a few links at most
+        if seen is None:
+            break
+        seen.__traceback__ = None
+        seen = seen.__cause__ or seen.__context__
+    return error
 
 
 class _NotFound(PeerRefused):

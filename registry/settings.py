@@ -51,7 +51,12 @@ class Settings:
     client_vip_addresses: tuple[str, ...] = ()
     admin_credentials: tuple[str, ...] = field(default=(), repr=False)
     admin_tokens: tuple[str, ...] = field(default=(), repr=False)  # HTTP bearer tokens
-    peer_credential: str = field(default="", repr=False)  # sent to peers, and required of them
+    # Required of peers; proven to them by signing each request with it, never sent itself
+    peer_credential: str = field(default="", repr=False)
+    # A peer listed in `peers` that refuses the signature (401: a stock Eureka server, or a
+    # node of an earlier release during a rolling upgrade) gets it as HTTP Basic instead;
+    # never a peer found by DNS.
+    peer_basic_fallback: bool = False
     insecure_public_bind: bool = False  # serve a non-loopback address without credentials
     # Reverse proxies (addresses or networks) whose X-Forwarded-Prefix the page follows
     trusted_proxies: tuple[str, ...] = ()
@@ -108,6 +113,9 @@ class Settings:
     # A peer gone from DNS is dropped this long after it was last seen (a restart keeps it)
     peer_dns_grace: float = 60 * SECONDS
     peer_dns_nameservers: tuple[str, ...] = ()  # host:port each; none: the system's
+    # At most this many peers are taken from an answer (the first, by address); the rest are
+    # counted and shown. A cluster is a handful of nodes: 300 addresses are a bad answer.
+    peer_dns_max_peers: int = 16
     replication_batch_size: int = 250  # items a batch carries, up to MAX_BATCH_ITEMS
     replication_batch_delay: float = 0.5 * SECONDS  # how long a heartbeat waits to coalesce
     # How long any other change waits: long enough to gather a burst made in one go; under
@@ -244,6 +252,7 @@ class Settings:
         for key in (
             "replication_batch_size",
             "replication_max_pending",
+            "peer_dns_max_peers",
             "health_check_concurrency",
             "health_check_failures",
             "health_check_successes",

@@ -2,7 +2,8 @@
 
 `json_codec` and `xml_codec` write instances and documents in pieces (each is a `Shape`);
 `wire` reads what clients and peers send, leniently where Eureka's clients differ and with a
-precise refusal where input is bad; `notes` is the override notes' form between peers.
+precise refusal where input is bad; `notes` is the override notes' form between peers, and
+`peer_signature` how a peer signs a request with the peer credential.
 """
 
 from __future__ import annotations

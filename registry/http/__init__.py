@@ -7,5 +7,6 @@ register, heartbeat, cancel), `discovery_api` and `watch_api` (fetches, deltas, 
 streams), `admin_api` (overrides, metadata), `peer_api` (what peers send), `status_page`,
 `server_info` and `metrics_api`. `negotiation` picks a format and writes documents;
 `request_body`, `params` and `durability` read bodies, read parameters and wait for the disk;
-`connections`, `credentials` and `ratelimit` are what a connection and a caller are held to.
+`connections`, `credentials`, `peer_signatures` and `ratelimit` are what a connection and a
+caller are held to.
 """

@@ -262,8 +262,9 @@ PEER_REMOVED = _op(
 STATUS_OVERRIDES = _op("Overrides in force, id -> status (as Netflix's server)", {"200": _JSON_DOC})
 HEALTHZ = _op("The process is alive", {"200": _JSON_DOC})
 READYZ = _op(
-    "Ready: the node is SERVING (its phase is in the answer) and its store writes; warnings "
-    "say what an operator should know even so (a corrupt store moved aside)",
+    "Ready: the node is SERVING (its phase is in the answer) and its store writes; the reasons "
+    "it is not, and warnings an operator should know even so (a corrupt store moved aside), "
+    "in a few fixed words; the detail is in GET status",
     {"200": _JSON_DOC, "503": _JSON_DOC | {"description": "Not ready, with the reasons."}},
 )
 OPENAPI = _op("This document", {"200": _JSON_DOC})

@@ -5,7 +5,9 @@
 - admin: status overrides (set, delete, the listings, history and explain) and metadata. Admin
   credentials only, as HTTP Basic or a bearer token.
 - peer: the batch and digest endpoints, and any request that says it is a replication (the
-  `x-netflix-discovery-replication` header), whatever its path. The peer credential only.
+  `x-netflix-discovery-replication` header), whatever its path. The peer credential only:
+  our nodes sign each request with it (`Authorization: Registry-Peer ...`,
+  registry/http/peer_signatures.py), stock Eureka servers send it as HTTP Basic.
 
 Health, readiness and the OpenAPI document are open: probes carry no credentials. Each route
 declares its plane in the route table (routes.py).
@@ -32,6 +34,7 @@ from registry.errors import Forbidden, Unauthorized, shown
 from registry.http.answering import Check
 from registry.http.credentials import Credentials, Role
 from registry.http.params import is_replication
+from registry.http.peer_signatures import PeerSignatures
 from registry.settings import Settings, is_loopback
 
 REALM = "service-registry"
@@ -167,7 +170,7 @@ def principal(request: web.Request) -> str | None:
     return request.get(PRINCIPAL)
 
 
-def guard(on: Plane, credentials: Credentials) -> Check | None:
+def guard(on: Plane, credentials: Credentials, signatures: PeerSignatures) -> Check | None:
     """The check that lets through only a request whose credential belongs on plane `on`
     (None for the open plane: nothing to check)."""
     if on is Plane.OPEN:
@@ -177,7 +180,14 @@ def guard(on: Plane, credentials: Credentials) -> Check | None:
         needed = on
         if is_replication(request):
             needed = Plane.PEER  # only a peer may have its call applied as a replication
-        roles, user = credentials.check(request.headers.get(hdrs.AUTHORIZATION))
+        authorization = request.headers.get(hdrs.AUTHORIZATION, "")
+        scheme, _, value = authorization.strip().partition(" ")
+        user: str | None
+        if scheme.lower() == "registry-peer" and credentials.peer_key is not None:
+            signatures.check(request, credentials.peer_key, value)  # raises if it does not hold
+            roles, user = Role.PEER, credentials.peer_user
+        else:
+            roles, user = credentials.check(authorization)
         if roles & needed.value and user is not None:  # a user name comes with any role
             request[ROLES], request[PRINCIPAL] = roles, user
             return

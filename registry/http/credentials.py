@@ -1,7 +1,10 @@
 """The credentials this node knows, kept only as digests, and what a presented one proves.
 
-A presented credential is hashed and compared with every configured one in constant time, so
-the timing shows neither which one matched nor how long any is; credentials are never logged.
+A peer proves it holds the peer credential by signing its request with a key derived from it
+(registry/codec/peer_signature.py), or, as stock Eureka servers do, by sending it as HTTP
+Basic. A presented credential is hashed and compared with every configured one in constant
+time, so the timing shows neither which one matched nor how long any is; credentials are never
+logged.
 Which routes take which roles is the HTTP layer's (registry/http/auth.py).
 """
 
@@ -13,6 +16,7 @@ import enum
 import hashlib
 import hmac
 
+from registry.codec.peer_signature import peer_key
 from registry.settings import Settings, client_applications, client_vip_addresses
 
 
@@ -44,6 +48,10 @@ class Credentials:
             basic.append((settings.peer_credential, Role.PEER))
         self._basic = [(_digest(c.encode()), role) for c, role in basic]
         self._tokens = [(_digest(t.encode()), Role.ADMIN) for t in settings.admin_tokens]
+        # What a peer's signed request is checked with (registry/http/peer_signatures.py)
+        credential = settings.peer_credential
+        self.peer_key = peer_key(credential) if credential else None
+        self.peer_user = credential.partition(":")[0]
         # Client users bound to applications (`client_applications`); others are not bound.
         self.applications = client_applications(settings.client_applications)
         # The names their instances may give as VIP addresses: their applications' and those

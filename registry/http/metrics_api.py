@@ -277,6 +277,19 @@ def _peers(app: web.Application) -> Iterator[Metric]:
             "1 while lookups of peer_dns fail (the last peers are kept)",
             int(dns.failing_since_ms is not None),
         )
+        yield _gauge(
+            "registry_peer_dns_dropped",
+            "Peers the last answer named beyond peer_dns_max_peers (not taken)",
+            dns.dropped,
+        )
+        refused = GaugeMetricFamily(
+            "registry_peer_dns_refused",
+            "Addresses of the last answer no peer can have (not taken), by why",
+            labels=["reason"],
+        )
+        for reason, count in sorted(dns.refused.items()):
+            refused.add_metric([reason], count)
+        yield refused
 
 
 def _loop_lag(app: web.Application) -> Iterator[Metric]:

@@ -7,17 +7,32 @@ body no handler read it drains that body for `lingering_time`, inflating it too:
 event loop. So the server runs with `auto_decompress=False` (`serving.SERVER_OPTIONS`): what it
 drains is raw bytes, and the one body that is inflated is the one a handler reads, up to
 `max_body_bytes` of output.
+
+A peer's signed request (registry/http/peer_signatures.py) names its body's digest; the body
+read here is checked against it before anything is made of it, so a signature captured with
+one body cannot carry another.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import hmac
 import zlib
 
 from aiohttp import hdrs, web
 
-from registry.errors import BadInput, BodyTooLarge, BodyTooSlow, UnsupportedMediaType
+from registry.codec.peer_signature import body_digest
+from registry.errors import (
+    BadInput,
+    BodyTooLarge,
+    BodyTooSlow,
+    Unauthorized,
+    UnsupportedMediaType,
+)
+
+# The body digest a peer's verified signature names (the bytes on the wire)
+SIGNED_BODY = web.RequestKey("signed_body", str)
 
 # Seconds a body may take to arrive once a handler asks for it (a stock client sends its
 # few KB at once; a body trickled in holds a connection and a handler).
@@ -53,6 +68,12 @@ async def read_body(request: web.Request) -> bytes:
         raise BodyTooSlow(
             "body", f"the request body did not arrive within {BODY_TIMEOUT:g} s"
         ) from None
+    signed = request.get(SIGNED_BODY)
+    if signed is not None and not hmac.compare_digest(body_digest(body), signed):
+        raise Unauthorized(
+            "the request's body is not the one its Registry-Peer signature names",
+            challenges=['Registry-Peer realm="service-registry"'],
+        )
     if encoding not in _ENCODINGS:
         return body
     return _inflated(body, encoding, limit)

@@ -31,6 +31,7 @@ from registry.http import (
 from registry.http.answering import Check, answering
 from registry.http.auth import Plane, from_this_site, guard
 from registry.http.error_handling import method_not_allowed, no_such_endpoint
+from registry.http.peer_signatures import PeerSignatures
 from registry.http.throttle import limited
 
 PREFIXES = ("/eureka", "/eureka/v2", "/eureka/v1")
@@ -171,13 +172,15 @@ UNVERSIONED: dict[str, dict[str, Route]] = {
 def add_routes(app: web.Application) -> None:
     settings = app[SETTINGS]
     credentials = app[CREDENTIALS]
+    # One for every route: a nonce seen on one path is a replay on any other
+    signatures = PeerSignatures(app[CLOCK], window=settings.max_clock_skew, my_url=settings.my_url)
 
     def wrap(route: Route, endpoint: str, method: str) -> Handler:
         """`route`'s handler for `method` behind its checks, in order: the browser checks, the
         plane's guard, the fetch rate limit; errors answered as JSON (the checks' refusals
         too), and the request counted under `endpoint`."""
         checks: list[Check] = [from_this_site(settings)]
-        if credentials is not None and (checked := guard(route.plane, credentials)):
+        if credentials is not None and (checked := guard(route.plane, credentials, signatures)):
             checks.append(checked)  # no credentials, no guard: it costs nothing
         limiter = app[LIMITER]
         if limiter is not None and route.limited and method in ("GET", "HEAD"):

@@ -477,6 +477,12 @@ def _peer_dns(dns: dict[str, Any], peers: int) -> str:
         )
     found = len(dns["found"])
     detail = f"{name} · last answer {_time(dns['lastSuccessTimestamp'] or 0)}"
+    left_out = [f"{count} {why}" for why, count in sorted(dns["refused"].items())]
+    if dns["dropped"]:
+        left_out.append(f"{dns['dropped']} beyond peer_dns_max_peers ({dns['maxPeers']})")
+    if left_out:
+        detail += " · not taken: " + ", ".join(left_out)
+        return _card("Peers from DNS", "warn", f"{_count(found, 'peer')} named", detail)
     return _card("Peers from DNS", "ok", f"{_count(found, 'peer')} named", detail)
 
 

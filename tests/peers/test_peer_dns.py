@@ -8,12 +8,14 @@ import asyncio
 from collections.abc import AsyncIterator
 
 import pytest
+from structlog.testing import capture_logs
 
 from peers.cluster import Cluster
 from peers.membership import DnsLookups, Membership
+from peers.peer_addresses import Screen
 from peers.peer_dns import LookupFailed, PeerDns, refresh
 from registry import FakeClock, Settings, create_app
-from registry.appkeys import LIFECYCLE
+from registry.appkeys import CLUSTER, LIFECYCLE
 from registry.core.registry import Registry
 from registry.lifecycle import Phase
 from registry.settings import SettingsError
@@ -44,21 +46,25 @@ def dns_settings(stub: StubDns, **more: object) -> Settings:
 class TestLookup:
     async def test_each_address_is_a_peer_at_the_port_and_path(self, stub: StubDns):
         stub.set(NAME, ["10.0.0.7", "10.0.0.5"])
-        urls = await PeerDns(dns_settings(stub, peer_dns_port=9000, peer_dns_path="/r/")).lookup()
+        urls = (
+            await PeerDns(dns_settings(stub, peer_dns_port=9000, peer_dns_path="/r/")).lookup()
+        ).urls
         assert ["http://10.0.0.5:9000/r/", "http://10.0.0.7:9000/r/"] == urls
 
     async def test_ipv6_only_when_the_name_has_no_ipv4(self, stub: StubDns):
         """A dual-stack peer is one peer, by its IPv4 address; an IPv6-only one, bracketed."""
         stub.set(NAME, ["10.0.0.5", "fd00::5"])
-        assert ["http://10.0.0.5:8761/eureka/"] == await PeerDns(dns_settings(stub)).lookup()
+        assert ["http://10.0.0.5:8761/eureka/"] == (await PeerDns(dns_settings(stub)).lookup()).urls
         stub.set(NAME, ["fd00::5"])
-        assert ["http://[fd00::5]:8761/eureka/"] == await PeerDns(dns_settings(stub)).lookup()
+        assert ["http://[fd00::5]:8761/eureka/"] == (
+            await PeerDns(dns_settings(stub)).lookup()
+        ).urls
 
     async def test_srv_records_give_targets_and_ports(self, stub: StubDns):
         stub.set_srv(NAME, [("a.test", 8001), ("b.test", 8002)])
         stub.set("a.test", ["10.0.0.1"])
         stub.set("b.test", ["10.0.0.2"])
-        urls = await PeerDns(dns_settings(stub, peer_dns_port=1)).lookup()
+        urls = (await PeerDns(dns_settings(stub, peer_dns_port=1)).lookup()).urls
         assert ["http://10.0.0.1:8001/eureka/", "http://10.0.0.2:8002/eureka/"] == urls
 
     async def test_a_gone_srv_target_is_no_peer_and_no_failure(self, stub: StubDns):
@@ -66,19 +72,19 @@ class TestLookup:
         left out; the others are peers; the root target ("no such service") is none."""
         stub.set_srv(NAME, [("a.test", 8761), ("gone.test", 8761), (".", 8761)])
         stub.set("a.test", ["10.0.0.1"])
-        assert ["http://10.0.0.1:8761/eureka/"] == await PeerDns(dns_settings(stub)).lookup()
+        assert ["http://10.0.0.1:8761/eureka/"] == (await PeerDns(dns_settings(stub)).lookup()).urls
 
     async def test_a_target_with_several_ports_is_one_peer(self, stub: StubDns):
         """A Service with a metrics port beside the API lists each pod twice: the port that
         is peer_dns_port is taken."""
         stub.set_srv(NAME, [("a.test", 9100), ("a.test", 8761)])
         stub.set("a.test", ["10.0.0.1"])
-        assert ["http://10.0.0.1:8761/eureka/"] == await PeerDns(dns_settings(stub)).lookup()
+        assert ["http://10.0.0.1:8761/eureka/"] == (await PeerDns(dns_settings(stub)).lookup()).urls
 
     async def test_a_name_without_addresses_names_no_peer(self, stub: StubDns):
         """The name exists, with no address (every other node gone): no peers, no failure."""
         stub.set(NAME, [])
-        assert [] == await PeerDns(dns_settings(stub)).lookup()
+        assert [] == (await PeerDns(dns_settings(stub)).lookup()).urls
 
     async def test_a_name_that_does_not_exist_fails(self, stub: StubDns):
         """NXDOMAIN is a failure (a misspelt name must not look like an empty cluster)."""
@@ -91,6 +97,110 @@ class TestLookup:
         with pytest.raises(LookupFailed, match=NAME):
             await PeerDns(dns_settings(stub, peer_dns_interval=0.2)).lookup()
         assert stub.queries >= 1
+
+
+class TestAddressesNoPeerCanHave:
+    @pytest.mark.parametrize(
+        ("address", "why"),
+        [
+            ("0.0.0.0", "unspecified"),
+            ("0.1.2.3", "unspecified"),  # "this network"
+            ("::", "unspecified"),
+            ("192.0.2.10", "unspecified"),  # documentation ranges: no machine has them
+            ("2001:db8::1", "unspecified"),
+            ("224.0.0.1", "multicast"),
+            ("ff02::1", "multicast"),
+            ("255.255.255.255", "broadcast"),
+            ("240.0.0.1", "reserved"),
+            ("169.254.169.254", "metadata"),
+            ("::ffff:169.254.169.254", "metadata"),  # mapped: judged as the IPv4 address
+            ("fd00:ec2::254", "metadata"),
+            ("169.254.10.10", "link-local"),
+            ("fe80::1", "link-local"),
+            ("127.0.0.3", "loopback"),
+            ("::ffff:127.0.0.3", "loopback"),
+            ("::1", "loopback"),
+            ("10.0.0.5", None),
+            ("fd00::5", None),
+            ("100.64.0.1", None),  # carrier-grade NAT: pods of some clusters have these
+        ],
+    )
+    def test_a_node_on_a_routable_address(self, address: str, why: str | None):
+        assert why == Screen.for_host("10.0.0.1").refusal(address)
+
+    def test_loopback_only_for_a_node_on_loopback(self):
+        """Nodes of one machine (as tests run them) are peers on loopback; a node on every
+        address (a pod) has none there."""
+        assert None is Screen.for_host("127.0.0.2").refusal("127.0.0.3")
+        assert None is Screen.for_host("localhost").refusal("::1")
+        assert "loopback" == Screen.for_host("0.0.0.0").refusal("127.0.0.3")
+
+    def test_link_local_only_for_a_node_on_link_local(self):
+        assert None is Screen.for_host("169.254.0.5").refusal("169.254.0.6")
+        assert "metadata" == Screen.for_host("169.254.0.5").refusal("169.254.169.254")
+
+    async def test_an_answer_is_screened_and_counted(self, stub: StubDns):
+        """Of an answer naming loopback, link-local, multicast and routable addresses, a node
+        on a routable address takes the routable ones only, in address order, and counts
+        the others by why."""
+        stub.set(NAME, ["127.0.0.3", "169.254.169.254", "169.254.3.3", "224.0.0.9", "10.0.0.10"])
+        stub.addresses[NAME] += ["10.0.0.9", "0.0.0.0"]
+        answer = await PeerDns(
+            dns_settings(stub, host="10.0.0.1", insecure_public_bind=True)
+        ).lookup()
+        assert ["http://10.0.0.9:8761/eureka/", "http://10.0.0.10:8761/eureka/"] == answer.urls
+        assert {
+            "loopback": 1,
+            "metadata": 1,
+            "link-local": 1,
+            "multicast": 1,
+            "unspecified": 1,
+        } == answer.refused
+
+
+class TestCap:
+    async def test_at_most_the_cap_the_first_by_address_said_once(
+        self, stub: StubDns, aiohttp_client: AiohttpClient
+    ):
+        """An answer of 40 peers makes 16 (the first by address, this node's own left out);
+        the rest, and the address refused, are counted in GET status and /metrics and logged
+        once, not at every lookup; an answer within the cap ends the series."""
+        stub.set(NAME, ["127.0.0.1", "224.0.0.9", *(f"127.0.1.{n}" for n in range(40, 0, -1))])
+        settings = dns_settings(stub, store=False, peer_dns_interval=60, peer_sync_budget=1)
+        with capture_logs() as logs:
+            client = await aiohttp_client(create_app(settings))
+            cluster = client.app[CLUSTER]  # type: ignore[index]
+            peer_dns = PeerDns(settings)
+            await refresh(peer_dns, cluster)  # the start-up's lookup, and this one: one warning
+            wanted = [f"http://127.0.1.{n}:8761/eureka/" for n in range(1, 17)]
+            assert wanted == list(cluster.dispatchers)
+            dns = (await fetch_json(client, "/eureka/status"))["membership"]["dns"]
+            assert (wanted, 24, 16, {"multicast": 1}) == (
+                dns["found"],
+                dns["dropped"],
+                dns["maxPeers"],
+                dns["refused"],
+            )
+            metrics = await (await client.get("/metrics")).text()
+            assert "registry_peer_dns_dropped 24.0" in metrics
+            assert 'registry_peer_dns_refused{reason="multicast"} 1.0' in metrics
+            assert "registry_peers 16.0" in metrics
+            page = await (await client.get("/")).text()
+            assert "24 beyond peer_dns_max_peers (16)" in page
+            stub.set(NAME, ["127.0.1.1"])
+            await refresh(peer_dns, cluster)
+            stub.set(NAME, [f"127.0.1.{n}" for n in range(1, 20)])
+            await refresh(peer_dns, cluster)
+        assert 1 == len([e for e in logs if e["event"] == "peer_dns_refused"])
+        capped = [e for e in logs if e["event"] == "peer_dns_capped"]
+        assert [(40, 16, 24), (19, 16, 3)] == [
+            (e["named"], e["kept"], e["dropped"]) for e in capped
+        ]
+
+    def test_the_setting(self):
+        assert 3 == Settings.load(None, {"REGISTRY_PEER_DNS_MAX_PEERS": "3"}).peer_dns_max_peers
+        with pytest.raises(SettingsError, match="peer_dns_max_peers: must be at least 1"):
+            Settings.load(None, {}, peer_dns_max_peers=0)
 
 
 class TestSettings:
