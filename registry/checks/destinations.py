@@ -43,8 +43,18 @@ METADATA = frozenset(
         "192.0.0.192",
     )
 )
+_OUTSIDE = (
+    "not a public address, nor in health_check_networks (the networks instances live in, "
+    "which the operator lists)"
+)
 _THIS_NETWORK = ipaddress.ip_network("0.0.0.0/8")  # "this host on this network"
 _NAT64 = ipaddress.ip_network("64:ff9b::/96")
+
+
+class OutsideNetworks(BadInput):
+    """A client's check of a private address outside `health_check_networks`: the instance is
+    registered all the same, unchecked (a registry upgraded before its networks are listed
+    must not turn its services' registrations away)."""
 
 
 class Destinations:
@@ -80,7 +90,8 @@ class Destinations:
             ) from None
         why = self.refusal(address, client=client)
         if why is not None:
-            raise BadInput("ipAddr", f"{ip_addr} is {why}: not checked from the registry")
+            refused = OutsideNetworks if why is _OUTSIDE else BadInput
+            raise refused("ipAddr", f"{ip_addr} is {why}: not checked from the registry")
         return str(address)
 
     def refusal(self, address: IPAddress, *, client: bool) -> str | None:
@@ -102,10 +113,7 @@ class Destinations:
             return "a reserved address"
         if not client or address.is_global or any(address in n for n in self.networks):
             return None
-        return (
-            "not a public address, nor in health_check_networks (the networks instances "
-            "live in, which the operator lists)"
-        )
+        return _OUTSIDE
 
 
 def unwrapped(address: IPAddress) -> IPAddress:

@@ -7,6 +7,7 @@ from aiohttp.typedefs import Handler
 from msgspec.structs import replace
 
 from registry.appkeys import CHECKER, CLOCK, MEMORY, QUOTAS, REGISTRY, SETTINGS
+from registry.checks.destinations import OutsideNetworks
 from registry.checks.spec import KIND as CHECK_KIND
 from registry.codec import instance_from_wire, wire
 from registry.codec.wire import ERROR_HEADER, REGISTRATION_HEADER
@@ -60,9 +61,12 @@ async def register(request: web.Request) -> web.Response:
         instance, dated_ahead = _dated_here(instance, now_ms, request.app[SETTINGS])
         auth.may_give_vips(request, instance)
     checker, user = request.app[CHECKER], auth.client_user(request)
-    asks_check = False
+    asks_check, unchecked = False, None
     if not replication and checker is not None:  # a peer's copy was held to these where it
-        asks_check = checker.admit(instance, user)  # was registered
+        try:  # was registered
+            asks_check = checker.admit(instance, user)
+        except OutsideNetworks as outside:  # registered, unchecked: the operator's to list
+            unchecked = f"registered, not checked: {outside}"
     if not replication:
         if held_by_server(instance):
             _may_hold_lease(request, instance)
@@ -108,8 +112,9 @@ async def register(request: web.Request) -> web.Response:
                 f"(lastDirtyTimestamp {kept.last_dirty_ms}, yours {instance.last_dirty_ms})"
             },
         )
-    if dated_ahead is not None:
-        return web.Response(status=204, headers={REGISTRATION_HEADER: dated_ahead})
+    said = "; ".join(note for note in (dated_ahead, unchecked) if note is not None)
+    if said:
+        return web.Response(status=204, headers={REGISTRATION_HEADER: said})
     return web.Response(status=204)
 
 

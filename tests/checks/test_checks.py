@@ -258,6 +258,21 @@ class TestGuardRails:
         body = await response.json()
         assert ("ipAddr", True) == (body["field"], "not checked" in body["detail"])
 
+    async def test_a_private_address_outside_the_networks_is_registered_unchecked(
+        self, aiohttp_client: AiohttpClient, clock: FakeClock
+    ):
+        """The operator lists the networks checks may go to; until then an instance asking
+        for a check of a private address is registered all the same, unchecked, and the
+        answer says why: an upgrade must not turn a fleet's registrations away."""
+        node = await aiohttp_client(create_app(Settings(store=False), clock=clock))
+        doc = {**checked_doc(8080, **{"registry.check": "tcp"}), "ipAddr": "10.1.2.3"}
+        response = await node.post("/eureka/apps/ORDERS", json={"instance": doc})
+        assert 204 == response.status
+        said = response.headers["X-Registry-Registration"]
+        assert said.startswith("registered, not checked") and "health_check_networks" in said
+        explain = await node.get("/eureka/apps/ORDERS/i-1/status/explain", headers=JSON)
+        assert "health_check_networks" in (await explain.json())["healthCheck"]["notCheckable"]
+
     async def test_loopback_is_refused_unless_allowed(
         self, aiohttp_client: AiohttpClient, clock: FakeClock
     ):

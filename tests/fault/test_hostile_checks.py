@@ -22,7 +22,7 @@ import pytest
 from aiohttp import web
 
 from registry.checks.destinations import own_addresses
-from tests.fault.test_hostile_clients import ADMIN, CLIENT, PEER, PROBE_BOUND, Server, auth
+from tests.fault.test_hostile_clients import ADMIN, CLIENT, JSON, PEER, PROBE_BOUND, Server, auth
 from tests.helpers import eventually, instance_doc
 from tests.processes import ServerProcess
 
@@ -176,13 +176,22 @@ async def test_a_check_of_the_nodes_own_address_is_refused(server: Server):
     assert "this registry node" in body["detail"]
 
 
-async def test_a_private_range_outside_the_networks_is_refused(server: Server):
-    """10.0.0.0/8 is listed; 192.168.0.0/16 and CGNAT are not (before: any was checked)."""
+async def test_a_private_range_outside_the_networks_is_not_checked(server: Server):
+    """10.0.0.0/8 is listed; 192.168.0.0/16 and CGNAT are not (before: any was checked). Such
+    an instance is registered unchecked, saying so: a registry upgraded before its operator
+    listed the networks keeps its services registered."""
     assert 204 == (await register(server, checked("n-1", "10.1.2.3")))[0]
-    for address in ("192.168.1.10", "100.64.0.1", "172.16.0.1"):
-        status, body = await register(server, checked("n-2", address))
-        assert 400 == status, address
-        assert "health_check_networks" in body["detail"]
+    for n, address in enumerate(("192.168.1.10", "100.64.0.1", "172.16.0.1")):
+        url = server.eureka + "apps/SCAN"
+        doc = {"instance": checked(f"n-{n + 2}", address)}
+        async with server.session.post(url, json=doc, headers=auth(CLIENT)) as r:
+            assert 204 == r.status, address
+            assert "registered, not checked" in r.headers["X-Registry-Registration"]
+            assert "health_check_networks" in r.headers["X-Registry-Registration"]
+    explain = server.eureka + "apps/SCAN/n-2/status/explain"
+    async with server.session.get(explain, headers=auth(ADMIN) | JSON) as r:
+        check = (await r.json())["healthCheck"]
+    assert "health_check_networks" in check["notCheckable"], check
 
 
 async def test_the_host_header_names_the_address_and_a_client_reads_no_outcome(server: Server):
