@@ -24,8 +24,12 @@ WEIGHT_KEY = "weight"  # the metadata Spring Cloud LoadBalancer's weighted choic
 
 async def set_status_override(request: web.Request) -> web.Response:
     """PUT apps/{app}/{id}/status?value=OUT_OF_SERVICE[&reason=...][&expires=8h]"""
+    query = params.query_string(request)
+    if params.is_replication(request) and params.query_value(query, "value") == "UNKNOWN":
+        # A stock peer's, from its record after an admin's bare DELETE: no decision in force.
+        return await delete_status_override(request)
     status = params.required_status(request)
-    query, now_ms = params.query_string(request), request.app[CLOCK].wall_ms()
+    now_ms = request.app[CLOCK].wall_ms()
     reason, expires_ms = params.reason(query), params.expires_ms(query, now_ms=now_ms)
     app, iid = params.app_name(request), request.match_info["id"]
     request.app[REGISTRY].set_status_override(

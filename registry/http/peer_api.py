@@ -270,9 +270,16 @@ def apply(registry: Registry, item: object, now_ms: int, skew_ms: int) -> None:
         )
         registry.cancel(app, iid, now_ms=now_ms, is_replication=True, removal=removal)
     elif action is _A.STATUS_UPDATE:
+        if item.get("status") in (None, ""):
+            raise errors.BadInput("status", "a StatusUpdate item must name a status")
         status = wire.status(item.get("status"), "status", default=InstanceStatus.UNKNOWN)
         if status is InstanceStatus.UNKNOWN:
-            raise errors.BadInput("status", "a StatusUpdate item must name a status")
+            # A stock node builds the item from its record, UNKNOWN after an admin's bare
+            # DELETE of the override: no decision in force, as a deletion leaves it.
+            registry.delete_status_override(
+                app, iid, now_ms=now_ms, last_dirty_ms=last_dirty_ms, is_replication=True
+            )
+            return
         note = note_from(item, app, status)  # read before anything is applied
         if note is not None:
             wire.not_ahead(note.set_ms, "overrideSetAt", now_ms=now_ms, skew_ms=skew_ms)

@@ -38,6 +38,22 @@ class TestStatusOverride:
         )
         assert 200 == (await client.put("/eureka/apps/ORDERS/i-1")).status
 
+    async def test_a_peers_unknown_leaves_no_override(self, client):
+        """A stock peer replicating call by call sends the status of its record, UNKNOWN
+        after an admin's bare DELETE: taken as that deletion. Only the exact name: a peer's
+        misspelt status is still refused."""
+        await register(client)
+        await client.put("/eureka/apps/ORDERS/i-1/status?value=OUT_OF_SERVICE")
+        peer = {"x-netflix-discovery-replication": "true"}
+        misspelt = "/eureka/apps/ORDERS/i-1/status?value=OUT_OF_SERVIC"
+        assert 400 == (await client.put(misspelt, headers=peer)).status
+        assert {"i-1": "OUT_OF_SERVICE"} == dict(registry_of(client).overrides)
+        unknown = "/eureka/apps/ORDERS/i-1/status?value=UNKNOWN"
+        assert 200 == (await client.put(unknown, headers=peer)).status
+        assert {} == dict(registry_of(client).overrides)
+        assert "UNKNOWN" == (await instance_json(client))["status"]
+        assert 404 == (await client.put("/eureka/apps/ORDERS/i-1")).status
+
     async def test_a_reason_that_is_not_utf8_is_refused(self, client):
         """`%FF` would have been kept as U+FFFD; metadata refuses it, and so does a reason."""
         await register(client)

@@ -208,6 +208,32 @@ class TestItems:
         [answer] = await post_batch(client, [item("Heartbeat", lastDirtyTimestamp=1)])
         assert 404 == answer["statusCode"]
 
+    @pytest.mark.parametrize("headers", [JSON_BODY, OURS], ids=["stock", "ours"])
+    async def test_a_status_update_naming_unknown_leaves_no_override(
+        self, client: TestClient, headers: dict[str, str]
+    ):
+        """A stock node builds a StatusUpdate from its record, UNKNOWN after an admin's bare
+        DELETE of the override (it was refused: the stock node logged it and dropped the
+        task). Applied as that deletion: the override goes, the status is UNKNOWN, and the
+        next heartbeat answers 404 so that the client registers again."""
+        await register(client)
+        update = item("StatusUpdate", lastDirtyTimestamp=1735689000000, status="OUT_OF_SERVICE")
+        assert [200] == [a["statusCode"] for a in await post_batch(client, [update], headers)]
+        assert {"i-1": "OUT_OF_SERVICE"} == dict(registry_of(client).overrides)
+        stock = {"appName": "ORDERS", "id": "i-1", "lastDirtyTimestamp": 1735689000000}
+        unknown = {**stock, "status": "UNKNOWN", "action": "StatusUpdate"}
+        assert [200] == [a["statusCode"] for a in await post_batch(client, [unknown], headers)]
+        assert {} == dict(registry_of(client).overrides)
+        doc = await fetch_json(client, "/eureka/apps/ORDERS/i-1")
+        assert ("UNKNOWN", "UNKNOWN") == (
+            doc["instance"]["status"],
+            doc["instance"]["overriddenStatus"],
+        )
+        assert 404 == (await client.put("/eureka/apps/ORDERS/i-1")).status
+        nameless = {**stock, "action": "StatusUpdate"}
+        [answer] = await post_batch(client, [nameless], headers)
+        assert 400 == answer["statusCode"]  # a stock sender is answered a bare code
+
     async def test_bad_items_are_refused_alone(self, client: TestClient):
         """Malformed items get a 400 each, with the reason; the good ones still apply."""
         good = item("Register", instanceInfo=instance_doc(iid="ok"), iid="ok")
