@@ -49,6 +49,12 @@ log = structlog.get_logger()
 KEEPALIVE_TIMEOUT = 75.0
 
 # How aiohttp's server handles every connection; the tests' in-process servers run the same.
+# Once draining, a request still running is given this long, then cancelled (aiohttp's own
+# default is a minute): long-polls and watch streams end at once anyway, and the stop must fit
+# in Kubernetes' grace period after `shutdown_delay`, with replication owed and the store's
+# flush still to come.
+SHUTDOWN_TIMEOUT = 5.0
+
 SERVER_OPTIONS: dict[str, Any] = {
     # A request whose client has gone: its handler is cancelled (see `Runner`).
     "handler_cancellation": True,
@@ -81,7 +87,11 @@ async def serve(
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, signalled)
     runner = Runner(
-        app, handle_signals=False, access_log=access_log, keepalive_timeout=KEEPALIVE_TIMEOUT
+        app,
+        handle_signals=False,
+        access_log=access_log,
+        keepalive_timeout=KEEPALIVE_TIMEOUT,
+        shutdown_timeout=SHUTDOWN_TIMEOUT,
     )
     try:
         start = asyncio.ensure_future(_start(runner, host, port, backlog))
@@ -159,6 +169,18 @@ def _no_tunnels(
 class _Server(Server):
     by_address: Connections
     head_timeout: float
+
+    async def shutdown(self, timeout: float | None = None) -> None:
+        """Wait for the requests still running, up to `timeout`; say which they were, so a
+        stop that takes that long is explained in the log."""
+        running = [
+            f"{request.method} {request.path}"
+            for connection in self._connections
+            if (request := connection._current_request) is not None
+        ]
+        if running:
+            log.info("shutdown_waits_for_requests", requests=running[:10], count=len(running))
+        await super().shutdown(timeout)
 
     def __call__(self) -> RequestHandler:
         return _Connection(self, loop=self._loop, **self._kwargs)

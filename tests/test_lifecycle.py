@@ -137,6 +137,31 @@ async def test_a_real_process_syncs_serves_and_drains(servers):
     assert ["RESTORING", "SYNCING", "SERVING", "DRAINING", "STOPPED"] == entered
 
 
+async def test_a_request_still_running_does_not_hold_the_stop(servers):
+    """A registration whose body has half arrived holds its handler for the body's 10 s;
+    SIGTERM stops the process within SHUTDOWN_TIMEOUT (5 s) all the same, and the log says
+    which request it waited for (aiohttp's own default waits a minute)."""
+    server = servers.new(log_format="json")
+    await server.start()
+    host, port = server.base.removeprefix("http://").split(":")
+    _, writer = await asyncio.open_connection(host, int(port))
+    writer.write(
+        b"POST /eureka/apps/ORDERS HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        b'Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{"instance":'
+    )
+    await writer.drain()
+    await asyncio.sleep(0.5)  # the handler is reading the body
+    started = asyncio.get_running_loop().time()
+    assert 0 == await server.stop(timeout=20)
+    took = asyncio.get_running_loop().time() - started
+    writer.close()
+    assert took < 9, took  # the body's deadline (10 s) did not decide it
+    waited = [
+        e for e in await server.log_lines() if e.get("event") == "shutdown_waits_for_requests"
+    ]
+    assert ["POST /eureka/apps/ORDERS"] == waited[0]["requests"]
+
+
 @pytest.fixture
 async def store_dir(tmp_path: Path) -> Path:
     """A data directory with a store in it, for another connection to lock."""
