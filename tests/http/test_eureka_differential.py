@@ -374,12 +374,7 @@ async def test_a_stock_eureka_node_and_ours_replicate_to_each_other(
         ]
     )
     try:
-        settings = Settings(
-            store=False,
-            peers=(f"{eureka.base}/eureka/",),
-            peer_sync_budget=1,
-            peer_sync_empty_window=1,
-        )
+        settings = Settings(store=False, peers=(f"{eureka.base}/eureka/",))  # defaults
         ours = await aiohttp_server(create_app(settings), host="127.0.0.1", port=port)
         async with aiohttp.ClientSession() as session:
 
