@@ -20,6 +20,7 @@ import structlog
 
 from peers import merge
 from peers.digest import Digests
+from peers.stock import reconcile_with_stock
 from peers.transport import PeerClient, PeerError, PeerRefused, PeerSyncing, PeerUnavailable
 from registry.common.clock import Clock
 from registry.common.tasks import Pacer, wait_set
@@ -44,7 +45,14 @@ async def reconcile(
     the applications whose digests differed. With `seen_before`, only those that differed in
     it too are repaired: a difference seen once may be a change on its way (a deploy keeps a
     few in flight at any moment), and fetching and merging it would only repeat replication."""
-    answer = await client.fetch_digest()
+    if client.stock:
+        return await reconcile_with_stock(client, registry, clock, seen_before=seen_before)
+    try:
+        answer = await client.fetch_digest()
+    except PeerRefused:
+        if not client.stock:  # its answer (a 404 without our epoch) told us what it is
+            raise
+        return await reconcile_with_stock(client, registry, clock, seen_before=seen_before)
     theirs = answer.get("applications")
     if not isinstance(theirs, Mapping):
         raise PeerError(f"{client.url}: the digest answer has no applications")

@@ -41,14 +41,14 @@ def applications(document: Mapping[str, Any]) -> list[Mapping[str, Any]]:
         return [document["application"]]  # a single application
     apps = document.get("applications", {})
     found = apps.get("application", []) if isinstance(apps, Mapping) else []
-    return _as_list(found)
+    return as_list(found)
 
 
 def removals(document: Mapping[str, Any]) -> list[Tombstone]:
     """The removals of a `GET peerreplication/removed` answer; an entry that does not read is
     left out."""
     found = []
-    for entry in _as_list(document.get("removed")):
+    for entry in as_list(document.get("removed")):
         try:
             app, iid = wire.text(entry, "appName"), wire.text(entry, "id")
             dirty_ms = wire.timestamp(entry.get("lastDirtyTimestamp"), "lastDirtyTimestamp")
@@ -82,7 +82,7 @@ async def merge(
             await asyncio.sleep(0)
         adopted += registry.bury(removal, now_ms=now_ms)
     for app in apps:
-        for doc in _as_list(app.get("instance", [])):
+        for doc in as_list(app.get("instance", [])):
             seen += 1
             if seen % _CHUNK == 0:
                 await asyncio.sleep(0)
@@ -160,7 +160,7 @@ def _ours(registry: Registry, instance: InstanceInfo, now_ms: int) -> Lease | No
         return None
 
 
-def _as_list(value: object) -> list[Any]:
+def as_list(value: object) -> list[Any]:
     if isinstance(value, list):
         return [v for v in value if isinstance(v, Mapping)]
     return [value] if isinstance(value, Mapping) else []

@@ -1,6 +1,7 @@
 """Start-up sync: copy the registry from a peer before serving reads (contract 11.5, 15):
 its instances, the removals it remembers (so that nothing it removed comes back from here)
-and its overrides.
+and its overrides. From a stock Eureka server (known by its answers: peers/transport.py),
+its registry alone, which is all Eureka's own nodes copy from each other.
 
 Attempts go to each peer in turn, with growing pauses, for at most `peer_sync_budget` seconds.
 Reads open as soon as one peer's registry has been copied, or when every peer answers that it
@@ -54,8 +55,14 @@ async def sync_at_start(
         for client in clients:
             try:
                 document = await client.fetch_registry()
-                removed = merge.removals(await client.fetch_removed())
-                digest = await client.fetch_digest()
+                if client.stock:
+                    # A stock Eureka server has no removals or digest to give (404): its
+                    # registry is the whole copy, overrides riding in its instances, as
+                    # Eureka's own nodes copy each other.
+                    removed, digest = [], {}
+                else:
+                    removed = merge.removals(await client.fetch_removed())
+                    digest = await client.fetch_digest()
             except PeerSyncing:
                 starting += 1
                 continue
@@ -68,8 +75,15 @@ async def sync_at_start(
             merge.take_overrides(registry, digest, now_ms=clock.wall_ms())
             merge.take_app_checks(registry, digest, now_ms=clock.wall_ms())
             merge.take_check_holds(registry, digest)
-            log.info("peer_sync_done", peer=client.url, instances=copied, removals=len(removed))
-            lifecycle.synced(f"copied {copied} instances from {client.url}")
+            kind = " (a stock Eureka server)" if client.stock else ""
+            log.info(
+                "peer_sync_done",
+                peer=client.url,
+                instances=copied,
+                removals=len(removed),
+                stock=bool(client.stock),
+            )
+            lifecycle.synced(f"copied {copied} instances from {client.url}{kind}")
             return
         if clients and starting == len(clients):
             lifecycle.synced("every peer is starting too (a new cluster): nothing to copy")

@@ -217,7 +217,8 @@ class PeerClient:
             raise PeerUnavailable(f"{self.url}: {status} (busy)", congested=True)
         if status == 404:
             raise _NotFound(path)
-        if status == 403 and b'"not_synced"' in body:
+        if status == 403 and (b'"not_synced"' in body or (self.stock and method == "GET")):
+            # Ours says so; a stock Eureka server refuses reads so in its start-up window.
             raise PeerSyncing(f"{self.url}: still syncing from its peers")
         if status == 401 or (status == 403 and b'"forbidden"' in body):
             raise PeerRefused(f"{self.url}: {status}: it does not take our peer_credential")

@@ -23,7 +23,7 @@ import orjson
 import pytest
 
 from registry import Settings, create_app
-from registry.appkeys import CLUSTER
+from registry.appkeys import CLUSTER, REGISTRY
 from tests.helpers import eventually, free_port, instance_doc
 from tests.stock_clients.java import JavaService, build, need_java
 
@@ -374,12 +374,7 @@ async def test_a_stock_eureka_node_and_ours_replicate_to_each_other(
         ]
     )
     try:
-        settings = Settings(
-            store=False,
-            peers=(f"{eureka.base}/eureka/",),
-            peer_sync_budget=1,
-            peer_sync_empty_window=1,
-        )
+        settings = Settings(store=False, peers=(f"{eureka.base}/eureka/",))  # defaults
         ours = await aiohttp_server(create_app(settings), host="127.0.0.1", port=port)
         async with aiohttp.ClientSession() as session:
 
@@ -439,5 +434,47 @@ async def test_a_stock_eureka_node_and_ours_replicate_to_each_other(
         [peer] = ours.app[CLUSTER].status()
         assert (0, 0) == (peer["failed"], peer["dropped"]), peer
         assert "cannot parse" not in eureka.tail(200_000)
+    finally:
+        eureka.kill()
+
+
+async def test_a_node_of_ours_joins_a_stock_node_with_its_default_settings(
+    aiohttp_server: Any, eureka_jar: Path, tmp_path: Path
+) -> None:
+    """A migration's first step: a node of ours, with nothing but the stock node as its peer,
+    copies the stock node's registry as Eureka's own nodes do (its `apps`), an admin's
+    override included, and opens its reads. Before, it asked for our removal and digest
+    endpoints, got 404, copied nothing and kept its reads closed (403 `not_synced`) for up
+    to five minutes."""
+    eureka = JavaService(eureka_jar, tmp_path / "eureka.log", ready_path="/eureka/apps")
+    await eureka.start(
+        args=[
+            f"--server.port={eureka.port}",
+            "--eureka.server.use-read-only-response-cache=false",
+        ]
+    )
+    theirs = f"{eureka.base}/eureka/"
+    try:
+        async with aiohttp.ClientSession() as session:
+            for iid in ("o-1", "o-2", "o-3"):
+                async with session.post(
+                    theirs + "apps/ORDERS", data=registration("ORDERS", iid), headers=JSON_BODY
+                ) as r:
+                    assert 204 == r.status
+            async with session.put(theirs + "apps/ORDERS/o-2/status?value=OUT_OF_SERVICE") as r:
+                assert 200 == r.status
+            app = create_app(Settings(store=False, peers=(theirs,)))
+            ours = await aiohttp_server(app, host="127.0.0.1")
+
+            async def copied() -> dict[str, str] | None:
+                async with session.get(ours.make_url("/eureka/apps/ORDERS"), headers=JSON) as r:
+                    if r.status != 200:
+                        return None
+                    found = (await r.json())["application"]["instance"]
+                    return {i["instanceId"]: i["status"] for i in found}
+
+            statuses = await eventually(copied, timeout=20, what="our node serves the copy")
+            assert {"o-1": "UP", "o-2": "OUT_OF_SERVICE", "o-3": "UP"} == statuses
+            assert {"o-2": "OUT_OF_SERVICE"} == dict(app[REGISTRY].overrides)
     finally:
         eureka.kill()

@@ -1,0 +1,80 @@
+"""Anti-entropy with a stock Eureka server, which has no digest or removals to give.
+
+Its registry (`GET apps/`, as Eureka's own nodes read each other) is compared with ours
+application by application, by what our digests compare (peers/digest.py): each instance's
+id, status, override and lastDirtyTimestamp. What differs is merged as a copy from one of our
+own peers is (peers/merge.py), without removals: a removal of ours still wins over its copy
+(registry/core/tombstones.py). An instance only we hold reaches it when its client's heartbeat,
+replicated, is answered 404 and we send the registration again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Collection, Iterable, Mapping
+from typing import Any
+
+from peers import merge
+from peers.transport import PeerClient
+from registry.common.clock import Clock
+from registry.common.tasks import Pacer
+from registry.core.model import LeaseRecord
+from registry.core.registry import Registry
+
+
+async def reconcile_with_stock(
+    client: PeerClient,
+    registry: Registry,
+    clock: Clock,
+    *,
+    seen_before: Collection[str] | None = None,
+) -> tuple[int, set[str]]:
+    """One round with a stock peer, as `peers.anti_entropy.reconcile` is with ours: how many
+    instances changed here, and the applications that differed (with `seen_before`, only
+    those that differed in it too are merged)."""
+    document = await client.fetch_registry()
+    pacer = Pacer()
+    changed = 0
+    differing = set()
+    for app in merge.applications(document):
+        name = app.get("name")
+        if not isinstance(name, str):
+            continue
+        name = name.upper()
+        await pacer.pace()
+        if their_digest(app) == our_digest(registry.application(name)):
+            continue
+        differing.add(name)
+        if seen_before is not None and name not in seen_before:
+            continue
+        changed += await merge.merge(registry, [app], now_ms=clock.wall_ms())
+    return changed, differing
+
+
+def their_digest(app: Mapping[str, Any]) -> str:
+    """The digest of a stock application object's instances."""
+    rows = []
+    for doc in merge.as_list(app.get("instance")):
+        overridden = doc.get("overriddenStatus", doc.get("overriddenstatus", "UNKNOWN"))
+        rows.append(
+            f"{doc.get('instanceId')}\0{doc.get('status')}\0{overridden}"
+            f"\0{_number(doc.get('lastDirtyTimestamp'))}"
+        )
+    return _hashed(rows)
+
+
+def our_digest(leases: Iterable[LeaseRecord]) -> str:
+    """The same digest of our leases of one application."""
+    return _hashed(
+        f"{i.instance_id}\0{i.status.value}\0{i.overridden_status.value}\0{i.last_dirty_ms}"
+        for i in (lease.instance for lease in leases)
+    )
+
+
+def _number(value: object) -> str:
+    text = str(value)
+    return text if text.isascii() and text.isdecimal() else ""
+
+
+def _hashed(rows: Iterable[str]) -> str:
+    return hashlib.blake2b("\n".join(sorted(rows)).encode(), digest_size=12).hexdigest()
