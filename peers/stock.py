@@ -6,6 +6,11 @@ id, status, override and lastDirtyTimestamp. What differs is merged as a copy fr
 own peers is (peers/merge.py), without removals: a removal of ours still wins over its copy
 (registry/core/tombstones.py). An instance only we hold reaches it when its client's heartbeat,
 replicated, is answered 404 and we send the registration again.
+
+Its heartbeats reach us only once it lists this node among its peers (a migration's second
+step). Until then its registry is our evidence that the leases we copied from it live: each
+round renews ours to when it last renewed them (`renewed_there`), so a copy lives here as long
+as its client's heartbeats reach the stock node, and no longer.
 """
 
 from __future__ import annotations
@@ -14,12 +19,16 @@ import hashlib
 from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
+import structlog
+
 from peers import merge
 from peers.transport import PeerClient
 from registry.common.clock import Clock
 from registry.common.tasks import Pacer
 from registry.core.model import LeaseRecord
 from registry.core.registry import Registry
+
+log = structlog.get_logger()
 
 
 async def reconcile_with_stock(
@@ -34,7 +43,7 @@ async def reconcile_with_stock(
     those that differed in it too are merged)."""
     document = await client.fetch_registry()
     pacer = Pacer()
-    changed = 0
+    changed = renewed = 0
     differing = set()
     for app in merge.applications(document):
         name = app.get("name")
@@ -42,13 +51,41 @@ async def reconcile_with_stock(
             continue
         name = name.upper()
         await pacer.pace()
+        renewed += _renew_from(registry, name, app, now_ms=clock.wall_ms())
         if their_digest(app) == our_digest(registry.application(name)):
             continue
         differing.add(name)
         if seen_before is not None and name not in seen_before:
             continue
         changed += await merge.merge(registry, [app], now_ms=clock.wall_ms())
+    if renewed:
+        log.debug("stock_leases_renewed", peer=client.url, leases=renewed)
     return changed, differing
+
+
+def renewed_there(doc: Mapping[str, Any]) -> int | None:
+    """When a stock server last renewed an instance's lease, by its `leaseInfo`. Eureka stores
+    a renewal one duration ahead (its lease's expiry rule, contract 7) and a registration as it
+    is, so a renewal is known by a `lastRenewalTimestamp` past the registration's."""
+    lease = doc.get("leaseInfo")
+    if not isinstance(lease, Mapping):
+        return None
+    last, registered, duration = (
+        _millis(lease.get(key))
+        for key in ("lastRenewalTimestamp", "registrationTimestamp", "durationInSecs")
+    )
+    if last is None or registered is None or duration is None:
+        return None
+    return last - duration * 1000 if last > registered else last
+
+
+def _renew_from(registry: Registry, app: str, doc: Mapping[str, Any], *, now_ms: int) -> int:
+    renewed = 0
+    for instance in merge.as_list(doc.get("instance")):
+        at_ms, iid = renewed_there(instance), instance.get("instanceId")
+        if at_ms is not None and isinstance(iid, str):
+            renewed += registry.renewed_elsewhere(app, iid, at_ms, now_ms=now_ms)
+    return renewed
 
 
 def their_digest(app: Mapping[str, Any]) -> str:
@@ -74,6 +111,11 @@ def our_digest(leases: Iterable[LeaseRecord]) -> str:
 def _number(value: object) -> str:
     text = str(value)
     return text if text.isascii() and text.isdecimal() else ""
+
+
+def _millis(value: object) -> int | None:
+    text = _number(value)
+    return int(text) if text and len(text) <= 19 else None
 
 
 def _hashed(rows: Iterable[str]) -> str:

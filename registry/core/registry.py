@@ -618,6 +618,23 @@ class Registry(OverrideCommands):
             for on_replicate in self._on_replicate:
                 on_replicate(_A.HEARTBEAT, app, instance_id)
 
+    def renewed_elsewhere(
+        self, app: str, instance_id: str, renewed_ms: int, *, now_ms: int
+    ) -> bool:
+        """A peer that does not send us its heartbeats (a stock Eureka server not yet told of
+        this node) shows in its registry that it renewed the lease at `renewed_ms`: ours is
+        renewed then too, as by a replicated heartbeat, when that is later than our own last
+        renewal. Returns whether it was."""
+        lease = self._apps.get(app, {}).get(instance_id)
+        renewed_ms = min(renewed_ms, now_ms)
+        if lease is None or lease.eviction_ms or renewed_ms <= self._renewed(lease):
+            return False
+        try:
+            self.renew(app, instance_id, renewed_ms, is_replication=True)
+        except UnknownInstance:
+            return False
+        return True
+
     def cancel(
         self,
         app: str,

@@ -202,6 +202,19 @@ class TestRenew:
         lease = registry.get("ORDERS", "i-1", now_ms=T0 + 2)
         assert (T0 + 2, T0 + 10) == (lease.last_renewal_ms, lease.instance.last_dirty_ms)
 
+    def test_a_renewal_seen_on_a_stock_peer_renews_forward_only(self, registry):
+        """A stock peer's registry renews our copy to its renewal when that is later than
+        ours, never past our clock, never backwards, and never a cancelled lease."""
+        registry.register(make(), now_ms=T0)
+        assert registry.renewed_elsewhere("ORDERS", "i-1", T0 + 30_000, now_ms=T0 + 31_000)
+        assert not registry.renewed_elsewhere("ORDERS", "i-1", T0 + 20_000, now_ms=T0 + 40_000)
+        assert T0 + 30_000 == registry.get("ORDERS", "i-1", now_ms=T0).last_renewal_ms
+        assert registry.renewed_elsewhere("ORDERS", "i-1", T0 + 99_000, now_ms=T0 + 50_000)
+        assert T0 + 50_000 == registry.get("ORDERS", "i-1", now_ms=T0).last_renewal_ms
+        registry.cancel("ORDERS", "i-1", now_ms=T0 + 60_000)
+        assert not registry.renewed_elsewhere("ORDERS", "i-1", T0 + 70_000, now_ms=T0 + 80_000)
+        assert not registry.renewed_elsewhere("ORDERS", "ghost", T0, now_ms=T0)
+
 
 class TestLeaseExpiry:
     def test_exact_expiry_by_default(self, registry):

@@ -20,6 +20,7 @@ from peers.anti_entropy import SETTLE
 from peers.stock import our_digest, their_digest
 from registry import FakeClock, Settings, create_app
 from registry.appkeys import CLUSTER, LIFECYCLE
+from registry.errors import UnknownInstance
 from tests.helpers import eventually
 from tests.peers.apps import AiohttpClient, AiohttpServer, has, register_on, registry
 
@@ -55,8 +56,10 @@ def stock_shaped(upstream: str, session: aiohttp.ClientSession) -> web.Applicati
 
 @pytest.fixture
 async def stock(aiohttp_server: AiohttpServer, clock: FakeClock) -> AsyncIterator[TestServer]:
-    """A stock-shaped peer; its node of ours (with no peers) is `stock.app[NODE]`."""
-    node = await aiohttp_server(create_app(Settings(store=False), clock=clock))
+    """A stock-shaped peer; its node of ours (with no peers) is `stock.app[NODE]`. Its leases
+    expire as Eureka's do (a renewal stored a duration ahead), as its registry then shows."""
+    settings = Settings(store=False, legacy_lease_expiry=True)
+    node = await aiohttp_server(create_app(settings, clock=clock))
     async with aiohttp.ClientSession(auto_decompress=False) as session:
         proxy = stock_shaped(str(node.make_url("")).rstrip("/"), session)
         proxy[NODE] = node
@@ -102,6 +105,37 @@ async def test_what_replication_missed_is_pulled_from_a_stock_peer(
         await clock.advance(SETTLE)
     else:
         raise AssertionError("not pulled in the rounds after the interval")
+
+
+async def test_copies_live_while_the_stock_peer_renews_them(
+    aiohttp_client: AiohttpClient, stock: TestServer, clock: FakeClock
+) -> None:
+    """Until the stock nodes list this node as a peer, no heartbeat reaches it: each round
+    renews the copies to when the stock peer last renewed them (its registry's lease info,
+    stored a duration ahead), so a copy whose client heartbeats there lives here, and one whose
+    client stopped runs out as it would there. Before, every copy ran out here after its
+    duration, live or not."""
+    node_b = stock.app[NODE]
+    for iid in ("alive", "stopped"):
+        await register_on(node_b, "ORDERS", iid)
+    settings = Settings(store=False, peers=(str(stock.make_url("/eureka/")),))
+    node: TestClient = await aiohttp_client(create_app(settings, clock=clock))
+    await eventually(lambda: node.app[LIFECYCLE].serves_reads, what="reads open")
+    async with aiohttp.ClientSession() as session:
+        for _ in range(5):  # 150 s: past the 90 s lease of a copy renewed nowhere
+            beat = await session.put(node_b.make_url("/eureka/apps/ORDERS/alive"))
+            assert 200 == beat.status
+            beat_ms = clock.wall_ms()
+            await clock.advance(30)
+            await eventually(
+                lambda: registry(node).application("ORDERS"),
+                lambda leases, at=beat_ms: any(lease.last_renewal_ms == at for lease in leases),
+                what="the round renews the copy to the stock peer's renewal",
+            )
+    now_ms = clock.wall_ms()
+    assert registry(node).get("ORDERS", "alive", now_ms=now_ms).last_renewal_ms == beat_ms
+    with pytest.raises(UnknownInstance):
+        registry(node).get("ORDERS", "stopped", now_ms=now_ms)
 
 
 async def test_a_stock_peers_application_digests_as_ours_does(stock: TestServer) -> None:
