@@ -9,8 +9,7 @@ replicated, is answered 404 and we send the registration again.
 
 Its heartbeats reach us only once it lists this node among its peers (a migration's second
 step). Until then its registry is our evidence that the leases we copied from it live: each
-round renews ours to when it last renewed them (`renewed_there`), so a copy lives here as long
-as its client's heartbeats reach the stock node, and no longer.
+round renews ours by it (`renewed_there`), so a copy lives here as long as it does there.
 """
 
 from __future__ import annotations
@@ -64,19 +63,12 @@ async def reconcile_with_stock(
 
 
 def renewed_there(doc: Mapping[str, Any]) -> int | None:
-    """When a stock server last renewed an instance's lease, by its `leaseInfo`. Eureka stores
-    a renewal one duration ahead (its lease's expiry rule, contract 7) and a registration as it
-    is, so a renewal is known by a `lastRenewalTimestamp` past the registration's."""
+    """How long a stock server keeps an instance's lease, as a renewal time: its
+    `lastRenewalTimestamp`. Eureka stores a renewal one duration ahead and keeps a lease a
+    duration past that (contract 7), so taken as the renewal, the value keeps our copy exactly
+    as long as the stock node keeps its own: never dropped here while it is live there."""
     lease = doc.get("leaseInfo")
-    if not isinstance(lease, Mapping):
-        return None
-    last, registered, duration = (
-        _millis(lease.get(key))
-        for key in ("lastRenewalTimestamp", "registrationTimestamp", "durationInSecs")
-    )
-    if last is None or registered is None or duration is None:
-        return None
-    return last - duration * 1000 if last > registered else last
+    return _millis(lease.get("lastRenewalTimestamp")) if isinstance(lease, Mapping) else None
 
 
 def _renew_from(registry: Registry, app: str, doc: Mapping[str, Any], *, now_ms: int) -> int:

@@ -111,10 +111,10 @@ async def test_copies_live_while_the_stock_peer_renews_them(
     aiohttp_client: AiohttpClient, stock: TestServer, clock: FakeClock
 ) -> None:
     """Until the stock nodes list this node as a peer, no heartbeat reaches it: each round
-    renews the copies to when the stock peer last renewed them (its registry's lease info,
-    stored a duration ahead), so a copy whose client heartbeats there lives here, and one whose
-    client stopped runs out as it would there. Before, every copy ran out here after its
-    duration, live or not."""
+    renews the copies by the stock peer's lease info (a renewal stored a duration ahead, as
+    Eureka keeps it), so a copy whose client heartbeats there lives here, and one whose client
+    stopped runs out as it does there. Before, every copy ran out here after its duration,
+    live or not."""
     node_b = stock.app[NODE]
     for iid in ("alive", "stopped"):
         await register_on(node_b, "ORDERS", iid)
@@ -125,15 +125,15 @@ async def test_copies_live_while_the_stock_peer_renews_them(
         for _ in range(5):  # 150 s: past the 90 s lease of a copy renewed nowhere
             beat = await session.put(node_b.make_url("/eureka/apps/ORDERS/alive"))
             assert 200 == beat.status
-            beat_ms = clock.wall_ms()
             await clock.advance(30)
+            round_ms = clock.wall_ms()  # the renewal there, stored 90 s ahead, is past this
             await eventually(
                 lambda: registry(node).application("ORDERS"),
-                lambda leases, at=beat_ms: any(lease.last_renewal_ms == at for lease in leases),
-                what="the round renews the copy to the stock peer's renewal",
+                lambda leases, at=round_ms: any(lease.last_renewal_ms == at for lease in leases),
+                what="the round renews the copy as the stock peer keeps it",
             )
     now_ms = clock.wall_ms()
-    assert registry(node).get("ORDERS", "alive", now_ms=now_ms).last_renewal_ms == beat_ms
+    assert registry(node).get("ORDERS", "alive", now_ms=now_ms).last_renewal_ms == now_ms
     with pytest.raises(UnknownInstance):
         registry(node).get("ORDERS", "stopped", now_ms=now_ms)
 
