@@ -7,6 +7,11 @@ own peers is (peers/merge.py), without removals: a removal of ours still wins ov
 (registry/core/tombstones.py). An instance only we hold reaches it when its client's heartbeat,
 replicated, is answered 404 and we send the registration again.
 
+An override of ours that the stock peer shows otherwise is replicated to it again: a stock
+node forgets overrides when it restarts (it copies only instances that are UP), and an
+admin's decision outlives that here. (An override deleted there whose deletion never reached
+us comes back there too: the stock node keeps no time of the deletion to weigh.)
+
 Its heartbeats reach us only once it lists this node among its peers (a migration's second
 step). Until then its registry is our evidence that the leases we copied from it live: each
 round renews ours by it (`renewed_there`), so a copy lives here as long as it does there.
@@ -42,7 +47,7 @@ async def reconcile_with_stock(
     those that differed in it too are merged)."""
     document = await client.fetch_registry()
     pacer = Pacer()
-    changed = renewed = 0
+    changed = renewed = resent = 0
     differing = set()
     for app in merge.applications(document):
         name = app.get("name")
@@ -57,8 +62,11 @@ async def reconcile_with_stock(
         if seen_before is not None and name not in seen_before:
             continue
         changed += await merge.merge(registry, [app], now_ms=clock.wall_ms())
+        resent += _resend_overrides(registry, name, app, now_ms=clock.wall_ms())
     if renewed:
         log.debug("stock_leases_renewed", peer=client.url, leases=renewed)
+    if resent:
+        log.info("overrides_resent", peer=client.url, overrides=resent)
     return changed, differing
 
 
@@ -80,11 +88,26 @@ def _renew_from(registry: Registry, app: str, doc: Mapping[str, Any], *, now_ms:
     return renewed
 
 
+def _resend_overrides(registry: Registry, app: str, doc: Mapping[str, Any], *, now_ms: int) -> int:
+    """Our overrides the stock peer shows otherwise, sent again: it lost them (a restart)."""
+    resent = 0
+    for instance in merge.as_list(doc.get("instance")):
+        iid = instance.get("instanceId")
+        ours = registry.overrides.get(iid) if isinstance(iid, str) else None
+        if ours is not None and _overridden(instance) != ours.value:
+            resent += registry.resend_override(app, str(iid), now_ms=now_ms)
+    return resent
+
+
+def _overridden(doc: Mapping[str, Any]) -> object:
+    return doc.get("overriddenStatus", doc.get("overriddenstatus", "UNKNOWN"))
+
+
 def their_digest(app: Mapping[str, Any]) -> str:
     """The digest of a stock application object's instances."""
     rows = []
     for doc in merge.as_list(app.get("instance")):
-        overridden = doc.get("overriddenStatus", doc.get("overriddenstatus", "UNKNOWN"))
+        overridden = _overridden(doc)
         rows.append(
             f"{doc.get('instanceId')}\0{doc.get('status')}\0{overridden}"
             f"\0{_number(doc.get('lastDirtyTimestamp'))}"

@@ -99,6 +99,25 @@ class OverrideCommands:
                 None if kept is None else kept.set_ms,
             )
 
+    def resend_override(self, app: str, instance_id: str, *, now_ms: int) -> bool:
+        """Replicate this node's override of a live instance again, for a peer found without
+        it (a stock Eureka node forgets overrides when it restarts: it copies only the
+        instances that are UP). Our peers already holding it change nothing."""
+        status = self.overrides.get(instance_id)
+        if status is None or not self._holds(app, instance_id, now_ms):
+            return False
+        lease = self._live_lease(app, instance_id, now_ms)
+        kept = self.overrides.note_of(instance_id)
+        self._replicate(
+            _A.STATUS_UPDATE,
+            app,
+            instance_id,
+            status,
+            lease.instance.last_dirty_ms,
+            None if kept is None else kept.set_ms,
+        )
+        return True
+
     def delete_status_override(
         self,
         app: str,

@@ -22,7 +22,14 @@ from registry import FakeClock, Settings, create_app
 from registry.appkeys import CLUSTER, LIFECYCLE
 from registry.errors import UnknownInstance
 from tests.helpers import eventually
-from tests.peers.apps import AiohttpClient, AiohttpServer, has, register_on, registry
+from tests.peers.apps import (
+    AiohttpClient,
+    AiohttpServer,
+    has,
+    register_on,
+    registry,
+    replicated,
+)
 
 _OURS_ONLY = ("/eureka/peerreplication/digest", "/eureka/peerreplication/removed")
 NODE = web.AppKey("node", TestServer)  # the node of ours behind the stock-shaped proxy
@@ -136,6 +143,34 @@ async def test_copies_live_while_the_stock_peer_renews_them(
     assert registry(node).get("ORDERS", "alive", now_ms=now_ms).last_renewal_ms == now_ms
     with pytest.raises(UnknownInstance):
         registry(node).get("ORDERS", "stopped", now_ms=now_ms)
+
+
+async def test_an_override_a_stock_peer_lost_is_sent_to_it_again(
+    aiohttp_client: AiohttpClient, stock: TestServer, clock: FakeClock
+) -> None:
+    """A stock node forgets overrides when it restarts (it copies only the instances that are
+    UP): the rounds after an interval find ours missing there and replicate it again."""
+    node_b = stock.app[NODE]
+    await register_on(node_b, "ORDERS", "o-1")
+    settings = Settings(store=False, peers=(str(stock.make_url("/eureka/")),))
+    node: TestClient = await aiohttp_client(create_app(settings, clock=clock))
+    await eventually(lambda: node.app[LIFECYCLE].serves_reads, what="reads open")
+    put = await node.put("/eureka/apps/ORDERS/o-1/status?value=OUT_OF_SERVICE&reason=disk")
+    assert 200 == put.status
+    await replicated(node, clock)
+    assert {"o-1": "OUT_OF_SERVICE"} == dict(registry(node_b).overrides)
+    async with aiohttp.ClientSession() as session:  # what ours sees of a restart there
+        gone = await session.delete(node_b.make_url("/eureka/apps/ORDERS/o-1/status"))
+        assert 200 == gone.status
+    assert {} == dict(registry(node_b).overrides)
+    await clock.advance(30)
+    for _ in range(5):  # each step a round's real round trips, then the clock
+        await asyncio.sleep(0.05)
+        await replicated(node, clock)
+        if dict(registry(node_b).overrides):
+            break
+        await clock.advance(SETTLE)
+    assert {"o-1": "OUT_OF_SERVICE"} == dict(registry(node_b).overrides)
 
 
 async def test_a_stock_peers_application_digests_as_ours_does(stock: TestServer) -> None:
