@@ -20,6 +20,7 @@ Fields left out of the comparison, and why:
 
 from __future__ import annotations
 
+import gzip
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -59,7 +60,7 @@ Client = Callable[..., Any]
 
 
 def load(path: Path) -> dict[str, Any]:
-    document: dict[str, Any] = orjson.loads(path.read_bytes())
+    document: dict[str, Any] = orjson.loads(gzip.decompress(path.read_bytes()))
     return document
 
 

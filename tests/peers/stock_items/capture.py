@@ -10,7 +10,8 @@ one step at a time; after each, the tool waits until the stock node has sent not
 QUIET seconds (its batches leave within half a second of a change), then reads both nodes'
 views (`GET apps`, JSON).
 
-It writes `eureka-<eureka-core version>.json` in `--out` (this package's folder by default):
+It writes `eureka-<eureka-core version>.json.gz` (gzipped: 400 kB of JSON, 10 kB of file) in
+`--out` (this package's folder by default):
 
     {"eureka": {"core": "2.0.6", "springCloudNetflix": "4.3.0", ...},
      "steps": [{"name", "at_ms", "request": {"method", "path", "headers", "body"},
@@ -33,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gzip
 import re
 import sys
 import tempfile
@@ -166,8 +168,8 @@ async def capture(jar: Path, out: Path, logs: Path) -> Path:
         await runner.cleanup()
     found = versions(jar)
     document = {"eureka": found, "start": started, "steps": steps}
-    path = out / f"eureka-{found['core']}.json"
-    path.write_bytes(orjson.dumps(document) + b"\n")
+    path = out / f"eureka-{found['core']}.json.gz"
+    path.write_bytes(gzip.compress(orjson.dumps(document) + b"\n", mtime=0))
     return path
 
 
