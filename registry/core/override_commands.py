@@ -167,6 +167,22 @@ class OverrideCommands:
         if not is_replication:
             self._replicate(_A.DELETE_STATUS_OVERRIDE, app, instance_id, status, dirty, at_ms)
 
+    def take_unknown(
+        self, app: str, instance_id: str, *, now_ms: int, last_dirty_ms: int | None
+    ) -> None:
+        """A stock peer's StatusUpdate naming UNKNOWN (its admin's PUT of UNKNOWN, which Eureka
+        holds as an override of UNKNOWN): any override goes, and the instance is left UNKNOWN
+        whether or not one was in force, so that its heartbeats answer 404 and its client
+        registers again, as on the stock node. A replication: never sent on."""
+        self.delete_status_override(
+            app, instance_id, now_ms=now_ms, last_dirty_ms=last_dirty_ms, is_replication=True
+        )
+        lease = self._live_lease(app, instance_id, now_ms)
+        if lease.instance.status is not _UNKNOWN:
+            why = "a stock peer's admin set UNKNOWN"
+            self._unshow_override(lease, why, _UNKNOWN, now_ms, last_dirty_ms)
+            log.info("status_unknown_taken", app=app, instance_id=instance_id)
+
     def _lapsed_holder(self, app: str, instance_id: str, now_ms: int) -> Lease | None:
         """For the override of an instance no live lease in `app` holds: its lapsed lease, if
         any (which loses the override too, so that what is stored of the instance never

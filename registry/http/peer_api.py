@@ -274,11 +274,9 @@ def apply(registry: Registry, item: object, now_ms: int, skew_ms: int) -> None:
             raise errors.BadInput("status", "a StatusUpdate item must name a status")
         status = wire.status(item.get("status"), "status", default=InstanceStatus.UNKNOWN)
         if status is InstanceStatus.UNKNOWN:
-            # A stock node builds the item from its record, UNKNOWN after an admin's bare
-            # DELETE of the override: no decision in force, as a deletion leaves it.
-            registry.delete_status_override(
-                app, iid, now_ms=now_ms, last_dirty_ms=last_dirty_ms, is_replication=True
-            )
+            # A stock node's admin PUT UNKNOWN (its bare DELETE sends a DeleteStatusOverride):
+            # the instance is UNKNOWN there, override or not, until its client registers.
+            registry.take_unknown(app, iid, now_ms=now_ms, last_dirty_ms=last_dirty_ms)
             return
         note = note_from(item, app, status)  # read before anything is applied
         if note is not None:

@@ -234,6 +234,26 @@ class TestItems:
         [answer] = await post_batch(client, [nameless], headers)
         assert 400 == answer["statusCode"]  # a stock sender is answered a bare code
 
+    async def test_a_status_update_naming_unknown_without_an_override_leaves_it_unknown(
+        self, client: TestClient
+    ):
+        """A stock node's admin PUT of UNKNOWN on an instance without an override (Eureka holds
+        an override of UNKNOWN: the instance shows UNKNOWN there, and its heartbeats answer 404
+        until its client registers again) leaves it UNKNOWN here too, not UP."""
+        await register(client)
+        stock = {"appName": "ORDERS", "id": "i-1", "lastDirtyTimestamp": 1735689000000}
+        unknown = {**stock, "status": "UNKNOWN", "action": "StatusUpdate"}
+        assert [200] == [a["statusCode"] for a in await post_batch(client, [unknown])]
+        assert {} == dict(registry_of(client).overrides)
+        doc = await fetch_json(client, "/eureka/apps/ORDERS/i-1")
+        assert ("UNKNOWN", "UNKNOWN") == (
+            doc["instance"]["status"],
+            doc["instance"]["overriddenStatus"],
+        )
+        assert 404 == (await client.put("/eureka/apps/ORDERS/i-1")).status
+        await register(client)
+        assert "UP" == (await fetch_json(client, "/eureka/apps/ORDERS/i-1"))["instance"]["status"]
+
     async def test_bad_items_are_refused_alone(self, client: TestClient):
         """Malformed items get a 400 each, with the reason; the good ones still apply."""
         good = item("Register", instanceInfo=instance_doc(iid="ok"), iid="ok")
