@@ -106,6 +106,10 @@ class JavaService:
             assert 200 == response.status, await response.text()
             return await response.json()
 
+    @property
+    def running(self) -> bool:
+        return self._process is not None and self._process.poll() is None
+
     async def stop(self) -> int:
         """SIGTERM, and its exit code once it has exited."""
         assert self._process is not None
