@@ -1,7 +1,8 @@
 """Start-up sync: copy the registry from a peer before serving reads (contract 11.5, 15):
 its instances, the removals it remembers (so that nothing it removed comes back from here)
 and its overrides. From a stock Eureka server (known by its answers: peers/transport.py),
-its registry alone, which is all Eureka's own nodes copy from each other.
+its registry alone, which is all Eureka's own nodes copy from each other, and from every stock
+peer that answers: a stock server serves reads before it has copied its own peers.
 
 Attempts go to each peer in turn, with growing pauses, for at most `peer_sync_budget` seconds.
 Reads open as soon as one peer's registry has been copied, or when every peer answers that it
@@ -52,6 +53,7 @@ async def sync_at_start(
                 return
             problems.append(unknown)
         starting = 0
+        copied_from: list[str] = []
         for client in clients:
             try:
                 document = await client.fetch_registry()
@@ -83,7 +85,13 @@ async def sync_at_start(
                 removals=len(removed),
                 stock=bool(client.stock),
             )
-            lifecycle.synced(f"copied {copied} instances from {client.url}{kind}")
+            copied_from.append(f"{copied} instances from {client.url}{kind}")
+            if not client.stock:
+                break  # a peer of ours holds all its peers hold
+            # A stock server may answer before it has copied its own peers (it serves reads
+            # while its start-up sync waits and retries), so every stock peer is copied.
+        if copied_from:
+            lifecycle.synced("copied " + ", ".join(copied_from))
             return
         if clients and starting == len(clients):
             lifecycle.synced("every peer is starting too (a new cluster): nothing to copy")

@@ -9,7 +9,7 @@ server meets our node in tests/http/test_eureka_differential.py.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import aiohttp
 import pytest
@@ -62,15 +62,27 @@ def stock_shaped(upstream: str, session: aiohttp.ClientSession) -> web.Applicati
 
 
 @pytest.fixture
-async def stock(aiohttp_server: AiohttpServer, clock: FakeClock) -> AsyncIterator[TestServer]:
-    """A stock-shaped peer; its node of ours (with no peers) is `stock.app[NODE]`. Its leases
-    expire as Eureka's do (a renewal stored a duration ahead), as its registry then shows."""
-    settings = Settings(store=False, legacy_lease_expiry=True)
-    node = await aiohttp_server(create_app(settings, clock=clock))
+async def stock_peer(
+    aiohttp_server: AiohttpServer, clock: FakeClock
+) -> AsyncIterator[Callable[[], Awaitable[TestServer]]]:
+    """Makes stock-shaped peers; the node of ours (with no peers) behind one is
+    `peer.app[NODE]`. Its leases expire as Eureka's do (a renewal stored a duration ahead),
+    as its registry then shows."""
     async with aiohttp.ClientSession(auto_decompress=False) as session:
-        proxy = stock_shaped(str(node.make_url("")).rstrip("/"), session)
-        proxy[NODE] = node
-        yield await aiohttp_server(proxy)
+
+        async def make() -> TestServer:
+            settings = Settings(store=False, legacy_lease_expiry=True)
+            node = await aiohttp_server(create_app(settings, clock=clock))
+            proxy = stock_shaped(str(node.make_url("")).rstrip("/"), session)
+            proxy[NODE] = node
+            return await aiohttp_server(proxy)
+
+        yield make
+
+
+@pytest.fixture
+async def stock(stock_peer: Callable[[], Awaitable[TestServer]]) -> TestServer:
+    return await stock_peer()
 
 
 async def test_a_node_copies_a_stock_peer_and_opens_reads(
@@ -93,6 +105,24 @@ async def test_a_node_copies_a_stock_peer_and_opens_reads(
     assert "stock Eureka" in node.app[LIFECYCLE].reason
     [peer] = node.app[CLUSTER].clients()
     assert peer.stock
+
+
+async def test_a_node_copies_every_stock_peer(
+    aiohttp_client: AiohttpClient,
+    stock_peer: Callable[[], Awaitable[TestServer]],
+    clock: FakeClock,
+) -> None:
+    """A stock server serves reads before it has copied its own peers (its start-up sync
+    runs beside its listener, and waits between tries): the first peer to answer may answer
+    an empty registry. Before, the node copied that one alone and opened its reads empty."""
+    restarting, running = await stock_peer(), await stock_peer()
+    await register_on(running.app[NODE], "ORDERS", "o-1")
+    peers = tuple(str(peer.make_url("/eureka/")) for peer in (restarting, running))
+    node: TestClient = await aiohttp_client(
+        create_app(Settings(store=False, peers=peers), clock=clock)
+    )
+    await eventually(lambda: node.app[LIFECYCLE].serves_reads, what="reads open")
+    assert has(node, "o-1")
 
 
 async def test_what_replication_missed_is_pulled_from_a_stock_peer(
