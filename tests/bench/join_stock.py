@@ -13,9 +13,11 @@ directory of its own), and timed from its spawn until `/readyz` answers 200, and
 
 Keeping up: the last node that joined is watched at its default `anti_entropy_interval` for
 ROUNDS rounds, each of which fetches the stock server's whole `apps`, parses it and compares it
-application by application (peers/stock.py). A round is found by the bytes the node reads from
-its sockets (/proc/PID/io), its end by the node's CPU falling back to idle; each side's CPU in
-a round is what it used over its own idle rate (the rest of the watch) in that window.
+application by application (peers/stock.py). A round is found by the bytes the stock server
+writes (/proc/PID/io: it answers nobody else meanwhile; the node's own reads would also count
+its store's, a checkpoint's megabytes among them), its end by the node's CPU falling back to
+idle; each side's CPU in a round is what it used over its own idle rate (the rest of the
+watch) in that window.
 
 `code` (`--registry-code`) runs the node from another checkout: the release before a change,
 whose reads may open only at the end of `peer_sync_empty_window` with nothing copied; its
@@ -52,6 +54,7 @@ ROUNDS = 3  # anti-entropy rounds watched (one in a smoke run)
 SAMPLE = 0.25  # seconds between samples of both processes' CPU while watching rounds
 LEAD = 4  # samples: a round's fetch is read over a few, and began (the stock's work) before
 QUIET_CORES = 0.05  # above its idle rate, a node still busy with a round
+QUIET_SAMPLES = 4  # a round is over once the node has been idle this many samples in a row
 # Our node's peer session asks with these, aiohttp adds gzip (peers/transport.py)
 PEER_HEADERS = {REPLICATION_HEADER: "true", "Accept": "application/json"}
 INSTANCE = b'"instanceId":'
@@ -162,15 +165,15 @@ async def watched_rounds(
 ) -> dict[str, Any]:
     """Both processes' CPU, sampled while the node makes `rounds` anti-entropy rounds with
     the stock server: each round's cost over each side's idle rate."""
-    jump = apps_bytes // 2  # a round reads the whole `apps` as sent; an idle node, nothing
+    jump = apps_bytes // 2  # a round's fetch: the whole `apps` as sent; otherwise it is idle
     deadline = time.monotonic() + (rounds + 1) * interval + 30
     samples = [_sample(node, stock)]
-    starts: list[int] = []  # indexes of the samples whose interval read a round's `apps`
+    starts: list[int] = []  # indexes of the samples by which the stock had sent a round's `apps`
     while time.monotonic() < deadline:
         await asyncio.sleep(SAMPLE)
         samples.append(_sample(node, stock))
         latest = len(samples) - 1
-        recent = samples[-1][3] - samples[max(latest - LEAD, 0)][3]
+        recent = samples[-1][4] - samples[max(latest - LEAD, 0)][4]
         if recent >= jump and (not starts or latest - starts[-1] > 2 * LEAD):
             starts.append(latest)
         if len(starts) >= rounds and (latest - starts[-1]) * SAMPLE > interval / 2:
@@ -178,22 +181,29 @@ async def watched_rounds(
     return _rounds(samples, starts[:rounds])
 
 
-def _sample(node: processes.Server, stock: processes.Server) -> tuple[float, float, float, int]:
-    """(when, node CPU, stock CPU, bytes the node has read)."""
-    io = Path(f"/proc/{node.process.pid}/io").read_text()
-    read = next(int(line.split()[1]) for line in io.splitlines() if line.startswith("rchar:"))
-    return time.monotonic(), node.cpu_seconds(), stock.cpu_seconds(), read
+Sample = tuple[float, float, float, int, int]
 
 
-def _rounds(samples: list[tuple[float, float, float, int]], starts: list[int]) -> dict[str, Any]:
+def _sample(node: processes.Server, stock: processes.Server) -> Sample:
+    """(when, node CPU, stock CPU, bytes the node has read, bytes the stock has written)."""
+    read = _io(node, "rchar")
+    return time.monotonic(), node.cpu_seconds(), stock.cpu_seconds(), read, _io(stock, "wchar")
+
+
+def _io(server: processes.Server, field: str) -> int:
+    lines = Path(f"/proc/{server.process.pid}/io").read_text().splitlines()
+    return next(int(line.split()[1]) for line in lines if line.startswith(field + ":"))
+
+
+def _rounds(samples: list[Sample], starts: list[int]) -> dict[str, Any]:
     rates = [
         (b[1] - a[1]) / (b[0] - a[0]) for a, b in itertools.pairwise(samples)
     ]  # rates[i]: the node's cores between samples i and i + 1
     quiet = statistics.median(rates) + QUIET_CORES
     windows = []
     for start in starts:
-        end = start  # the first sample after which the node was idle again
-        while end < len(rates) and rates[end] > quiet:
+        end = start  # the first sample after which the node was idle for QUIET_SAMPLES
+        while end < len(rates) and any(rate > quiet for rate in rates[end : end + QUIET_SAMPLES]):
             end += 1
         windows.append((max(start - LEAD, 0), end))
     inside = {i for first, last in windows for i in range(first, last)}
@@ -214,6 +224,7 @@ def _rounds(samples: list[tuple[float, float, float, int]], starts: list[int]) -
                 "node_cpu_seconds": round(b[1] - a[1] - node_idle * wall, 3),
                 "stock_cpu_seconds": round(b[2] - a[2] - stock_idle * wall, 3),
                 "node_read_mb": round((b[3] - a[3]) / 1e6, 1),
+                "stock_sent_mb": round((b[4] - a[4]) / 1e6, 1),
             }
         )
     return {
