@@ -24,6 +24,7 @@ from tests.bench.checks import checks, checks_rows
 from tests.bench.client_scenario import client_figures, client_rows
 from tests.bench.cluster import cluster
 from tests.bench.cluster_report import cluster_rows
+from tests.bench.join_stock import join_stock, join_stock_rows
 from tests.bench.load import LoadGenerator
 from tests.bench.page import page, page_rows
 from tests.bench.propagation import propagation
@@ -63,6 +64,11 @@ def main() -> int:
         default=",".join(SCENARIOS),
         help=f"a comma-separated subset of {','.join(SCENARIOS)}",
     )
+    parser.add_argument(
+        "--registry-code",
+        type=Path,
+        help="join_stock's joining node runs the registry of this checkout (a release before)",
+    )
     parser.add_argument("--out", type=Path, default=Path("bench-results.json"))
     args = parser.parse_args()
     if args.smoke:
@@ -87,6 +93,7 @@ def main() -> int:
         scale_instances=args.scale_instances,
         scale_apps=args.scale_apps,
         scale_seconds=args.scale_seconds,
+        registry_code=args.registry_code,
     )
     machine = describe_machine(load)
     print(
@@ -137,6 +144,8 @@ async def run(plan: Plan) -> dict[str, Any]:
         results["checks"] = await checks(plan)
     if "page" in plan.scenarios:
         results["page"] = await page(plan)
+    if "join_stock" in plan.scenarios:
+        results["join_stock"] = await join_stock(plan)
     return results
 
 
@@ -206,6 +215,8 @@ def table(results: dict[str, Any], *, judged: bool = True) -> str:
         rows.extend(checks_rows(results["checks"]))
     if "page" in results:
         rows.extend(page_rows(results["page"]))
+    if "join_stock" in results:
+        rows.extend(join_stock_rows(results["join_stock"]))
     if "memory" not in results:
         return _render(rows)
     mem = results["memory"]

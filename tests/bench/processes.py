@@ -56,8 +56,9 @@ class Server:
 async def registry(
     port: int | None = None,
     *,
-    ready_path: str = "/eureka/apps",
+    ready_path: str | None = "/eureka/apps",
     ready_poll: float = POLL,
+    code: Path | None = None,
     **settings: object,
 ) -> AsyncIterator[Server]:
     """`python -m registry serve` with `settings` as REGISTRY_* variables, on `port` or a free one.
@@ -65,8 +66,10 @@ async def registry(
     A node with peers answers `apps` only once it has copied their registry (or found them all
     starting too), so the nodes of a cluster must be started together, not one after another.
     `ready_path` answers 200 once the server is ready (`apps` by default, whose first answer
-    encodes the whole registry); `ready_poll` is how often it is tried meanwhile: finer when
-    the start-up is the figure.
+    encodes the whole registry; None: any answer at `/`, once it listens); `ready_poll` is how
+    often it is tried meanwhile: finer when the start-up is the figure. `code`: a checkout
+    whose registry to run instead of the one this bench imports (an earlier release, for a
+    figure before a change).
     """
     port = port or free_port()
     # Made and removed in a thread: the test suite runs this too, and its loop must not block.
@@ -82,9 +85,11 @@ async def registry(
                 **settings,
             }
         )
+        if code is not None:
+            env["PYTHONPATH"] = str(code)
         command = serve_command(port)
         url = f"http://127.0.0.1:{port}"
-        async with _process(command, env, url, ready_path, poll=ready_poll) as server:
+        async with _process(command, env, url, ready_path, poll=ready_poll, cwd=code) as server:
             yield server
     finally:
         await asyncio.to_thread(shutil.rmtree, data_dir, True)
@@ -165,10 +170,15 @@ async def eureka_server(
 
 @asynccontextmanager
 async def _process(
-    command: list[str], env: dict[str, str], url: str, ready_path: str | None, poll: float = POLL
+    command: list[str],
+    env: dict[str, str],
+    url: str,
+    ready_path: str | None,
+    poll: float = POLL,
+    cwd: Path | None = None,
 ) -> AsyncIterator[Server]:
     spawned = asyncio.get_running_loop().time()
-    process = await asyncio.create_subprocess_exec(*command, env=env)
+    process = await asyncio.create_subprocess_exec(*command, env=env, cwd=cwd)
     server = Server(process, url, spawned_at=spawned)
     try:
         await _wait_ready(server, ready_path, poll)

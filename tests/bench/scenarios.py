@@ -33,6 +33,7 @@ SCENARIOS = (
     "eureka",
     "checks",
     "page",
+    "join_stock",
 )
 # The delta scenario's window, in seconds (Eureka's is 180).
 DELTA_WINDOW = 3
@@ -80,6 +81,7 @@ class Plan:
     scale_instances: int = 100_000  # the scale scenario's registry
     scale_apps: int = 500
     scale_seconds: float = 30.0  # of its mixed workload
+    registry_code: Path | None = None  # join_stock's node from this checkout, else this one's
 
 
 @dataclass
