@@ -89,15 +89,7 @@ class OverrideCommands:
         self.overrides.set(app, instance_id, status, note, at_ms=now_ms, by=by)
         self._show_override(lease, status, now_ms, last_dirty_ms)
         if not is_replication:
-            kept = self.overrides.note_of(instance_id)
-            self._replicate(
-                _A.STATUS_UPDATE,
-                app,
-                instance_id,
-                status,
-                lease.instance.last_dirty_ms,
-                None if kept is None else kept.set_ms,
-            )
+            self._send_override(lease, status)
 
     def resend_override(self, app: str, instance_id: str, *, now_ms: int) -> bool:
         """Replicate this node's override of a live instance again, for a peer found without
@@ -106,17 +98,21 @@ class OverrideCommands:
         status = self.overrides.get(instance_id)
         if status is None or not self._holds(app, instance_id, now_ms):
             return False
-        lease = self._live_lease(app, instance_id, now_ms)
-        kept = self.overrides.note_of(instance_id)
+        self._send_override(self._live_lease(app, instance_id, now_ms), status)
+        return True
+
+    def _send_override(self, lease: Lease, status: InstanceStatus) -> None:
+        """Replicate the override in force on `lease`, dated by its note."""
+        instance = lease.instance
+        kept = self.overrides.note_of(instance.instance_id)
         self._replicate(
             _A.STATUS_UPDATE,
-            app,
-            instance_id,
+            instance.app,
+            instance.instance_id,
             status,
-            lease.instance.last_dirty_ms,
+            instance.last_dirty_ms,
             None if kept is None else kept.set_ms,
         )
-        return True
 
     def delete_status_override(
         self,
