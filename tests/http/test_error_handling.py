@@ -594,11 +594,39 @@ class TestBodySizeAndEncoding:
         assert 204 == response.status, await response.text()
         assert "i-1" == (await fetch_json(client, INSTANCE))["instance"]["instanceId"]
 
-    async def test_gzip_bomb_is_a_json_413(self, client, settings: Settings, before):
-        """A small gzip body that inflates past max_body_bytes is a 413."""
+    async def test_gzip_bomb_is_a_json_413(
+        self, client, settings: Settings, before, monkeypatch: pytest.MonkeyPatch
+    ):
+        """A small gzip body that inflates past max_body_bytes is a 413, and no more than one
+        byte past the limit is ever inflated to find it out (a bomb's gigabyte never is)."""
+        asked: list[int] = []
+        decompressobj = zlib.decompressobj
+
+        class Recording:
+            def __init__(self, wbits: int) -> None:
+                self.inflater = decompressobj(wbits)
+
+            def decompress(self, data: bytes, max_length: int = 0) -> bytes:
+                asked.append(max_length)
+                return self.inflater.decompress(data, max_length)
+
+            def __getattr__(self, name: str) -> Any:
+                return getattr(self.inflater, name)
+
+        monkeypatch.setattr(request_body.zlib, "decompressobj", Recording)
         body = gzip.compress(b" " * (2 * settings.max_body_bytes))
         response = await post_raw(client, body, {**JSON_BODY, "Content-Encoding": "gzip"})
         await assert_error(response, 413, "body_too_large")
+        assert [settings.max_body_bytes + 1] == asked
+        await assert_unchanged(client, before)
+
+    async def test_a_gzip_body_cut_short_is_refused(self, client, before):
+        """Its JSON may be whole, but without the trailer (CRC and length) nothing says the
+        body is what was sent."""
+        body = gzip.compress(orjson.dumps({"instance": instance_doc()}))[:-4]
+        response = await post_raw(client, body, {**JSON_BODY, "Content-Encoding": "gzip"})
+        await assert_error(response, 400, "bad_input")
+        assert "cut short" in (await response.json())["detail"]
         await assert_unchanged(client, before)
 
     @pytest.mark.parametrize("wbits", [15, -15], ids=["zlib", "raw"])
