@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from registry import Settings, create_app
-from tests.helpers import register, scrape
+from tests.helpers import eventually, register, scrape
 
 
 def instances(metrics, app: str, status: str) -> float:
@@ -66,11 +66,9 @@ async def test_requests_are_counted_and_timed_by_endpoint_method_and_status(clie
 
 
 async def test_the_event_loops_lateness_is_measured(client):
-    """The loop-lag histogram counts the monitor's looks; the maxima are in seconds."""
-    m = await scrape(client)
-    assert ("registry_event_loop_lag_seconds_count", ()) in m
-    assert m[("registry_event_loop_lag_max_seconds", ())] >= 0
-    assert (
-        m[("registry_event_loop_lag_seconds_bucket", (("le", "+Inf"),))]
-        == m[("registry_event_loop_lag_seconds_count", ())]
-    )
+    """The loop-lag monitor runs in the app (every 10 ms of the real loop) and its looks are
+    counted, look after look; the maxima are in seconds."""
+    count = ("registry_event_loop_lag_seconds_count", ())
+    first = await eventually(lambda: scrape(client), lambda m: m[count] > 0, what="a look")
+    await eventually(lambda: scrape(client), lambda m: m[count] > first[count], what="more")
+    assert 0 <= first[("registry_event_loop_lag_max_seconds", ())] < 10
