@@ -24,7 +24,8 @@ class Result:
 
     @property
     def rps(self) -> float:
-        return self.requests / self.seconds if self.seconds else 0.0
+        """Answers a second, counting only the 2xx: a refusal is no throughput."""
+        return (self.requests - self.non_2xx) / self.seconds if self.seconds else 0.0
 
 
 class LoadGenerator:
