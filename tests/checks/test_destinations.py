@@ -41,6 +41,30 @@ class TestDestinations:
             with pytest.raises(BadInput, match="ipAddr"):
                 Destinations(everything).address(address, client=client)
 
+    @pytest.mark.parametrize(
+        ("address", "why"),
+        [
+            ("169.254.169.254", "a cloud metadata address"),
+            ("0.0.0.0", "an unspecified address"),
+            ("0.1.2.3", "an unspecified address"),  # "this network", 0.0.0.0/8
+            ("::", "an unspecified address"),
+            ("224.0.0.1", "a multicast or broadcast address"),
+            ("ff02::1", "a multicast or broadcast address"),
+            ("255.255.255.255", "a multicast or broadcast address"),
+            ("fe80::1", "a loopback or link-local address"),
+            ("169.254.1.1", "a loopback or link-local address"),
+            ("::1", "a loopback or link-local address"),
+            # Teredo whose client is 127.0.0.1 (its last 32 bits, inverted)
+            ("2001:0:4136:e378:8000:63bf:80ff:fffe", "a loopback or link-local address"),
+            ("240.0.0.1", "a reserved address"),
+        ],
+    )
+    def test_each_special_address_is_refused_for_what_it_is(self, address, why):
+        """Each by its own rule, not by a later one that happens to catch it too."""
+        for client in (True, False):
+            with pytest.raises(BadInput, match=f"is {why}"):
+                Destinations(Settings()).address(address, client=client)
+
     def test_the_nodes_own_addresses_are_refused_to_admins_too(self):
         destinations = Destinations(
             Settings(health_check_networks=("10.0.0.0/8",)), own=["10.1.2.3", "fe80::1%eth0"]
