@@ -247,7 +247,8 @@ def integer(value: object, field: str, *, maximum: int = JAVA_INT_MAX) -> int | 
         number = int(value)
     elif isinstance(value, str) and len(value) < 40:
         text = value.strip()
-        if digits(text.removeprefix("-").removeprefix("+")):
+        # One sign at most, as int() reads: "-+5" is no number.
+        if digits(text[1:] if text.startswith(("-", "+")) else text):
             number = int(text)
     if number is None:
         raise BadInput(field, f"must be a whole number, not {_short(value)}")

@@ -161,6 +161,18 @@ class TestHeartbeat:
         assert 200 == (await client.put("/eureka/apps/ORDERS/i-1?lastDirtyTimestamp=1000")).status
         assert 200 == (await client.put("/eureka/apps/ORDERS/i-1?lastDirtyTimestamp=500")).status
 
+    async def test_two_signs_are_a_400_that_renews_nothing(self, client, clock):
+        """lastDirtyTimestamp "-+5" is refused naming it, and the lease is not renewed."""
+        await register(client)
+        [lease] = registry_of(client).leases()
+        renewed_ms = lease.last_renewal_ms
+        await clock.advance(10)
+        response = await client.put("/eureka/apps/ORDERS/i-1?lastDirtyTimestamp=-%2B5")
+        assert (400, "lastDirtyTimestamp") == (response.status, (await response.json())["field"])
+        assert renewed_ms == lease.last_renewal_ms
+        assert 200 == (await client.put("/eureka/apps/ORDERS/i-1")).status
+        assert renewed_ms + 10_000 == lease.last_renewal_ms  # the control: a heartbeat renews
+
     async def test_stale_peer_gets_409_with_our_instance(self, client):
         """A peer with older data gets 409 and our copy, in the format it accepts."""
         await register(client, lastDirtyTimestamp="1000")

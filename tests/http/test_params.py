@@ -46,6 +46,7 @@ def test_a_fragment_is_not_part_of_the_last_value() -> None:
 @example([("xlastDirtyTimestamp", "5")], "", "absent", True)
 @example([], "²", "last", False)
 @example([], "9" * 19, "last", True)
+@example([], "-+5", "last", True)
 def test_last_dirty_reader_matches_the_general_rule(
     query: list[tuple[str, str]], dirty: str, where: str, encoded: bool
 ) -> None:
