@@ -4,6 +4,7 @@ container tests run last."""
 from __future__ import annotations
 
 import gc
+import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,8 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from aiohttp.web_runner import BaseRunner
 from blockbuster import BlockBuster, blockbuster_ctx
+from hypothesis import HealthCheck
+from hypothesis import settings as hypothesis_settings
 
 from registry import FakeClock, Settings, create_app
 from registry.core.registry import Registry
@@ -24,6 +27,14 @@ from tests.processes import Servers
 
 AiohttpClient = Callable[..., Awaitable[TestClient]]
 CONTAINERS = Path(__file__).parent / "container"
+
+# Under mutation testing (tests/mutation) pytest runs again and again in one process, so a
+# property test in a class meets a new instance of its class each time: no flaw of the test.
+hypothesis_settings.register_profile(
+    "mutation", suppress_health_check=[HealthCheck.differing_executors]
+)
+if "MUTANT_UNDER_TEST" in os.environ:
+    hypothesis_settings.load_profile("mutation")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -1,0 +1,165 @@
+"""Mutation testing of the rules that keep the registry honest: `python -m tests.mutation`.
+
+mutmut (pinned in the `mutation` extra) changes one thing at a time in the modules that
+`[tool.mutmut] only_mutate` in pyproject.toml lists (a comparison, a constant, a call's
+argument...) and runs the fast tests that reach the changed function, fastest first; a mutant
+is killed when one of them fails. This runner runs mutmut over those modules (or only those a
+change touched, `--changed REF`), then judges each module: at least `TARGET` of its mutants
+killed, and every survivor either killed by a test or listed in `equivalent.toml` with why no
+behaviour can tell it apart. It exits 1 otherwise, naming each unexplained survivor with its
+diff. mutmut keeps its results in `mutants/`: a second run retests only changed functions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fnmatch
+import json
+import subprocess
+import sys
+import tomllib
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+EQUIVALENT = Path(__file__).with_name("equivalent.toml")
+TARGET = 0.90  # of each module's mutants, equivalent ones set aside
+
+# mutmut's exit codes (mutmut/stats.py): 1 and 3 a failing test, 0 every test passed.
+KILLED, SURVIVED = {1, 3}, {0}
+TIMEOUT = {24, -24, 36, 152, 255}
+
+
+@dataclass
+class Module:
+    path: str
+    outcomes: Counter[str] = field(default_factory=Counter)
+    survivors: list[str] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        return self.path.removesuffix(".py").removesuffix("/__init__").replace("/", ".")
+
+    def score(self) -> float:
+        judged = sum(self.outcomes.values()) - self.outcomes["equivalent"]
+        detected = self.outcomes["killed"] + self.outcomes["timeout"]
+        return detected / judged if judged else 1.0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(prog="python -m tests.mutation", description=__doc__)
+    parser.add_argument("modules", nargs="*", help="paths of listed modules (default: all)")
+    parser.add_argument("--changed", metavar="REF", help="only modules changed since REF")
+    parser.add_argument("--max-children", type=int, default=2, help="mutants tested at once")
+    args = parser.parse_args()
+
+    listed = listed_modules()
+    chosen = [m for m in listed if not args.modules or m in args.modules]
+    if args.modules and len(chosen) != len(set(args.modules)):
+        parser.error(f"not listed in [tool.mutmut] only_mutate: {set(args.modules) - set(chosen)}")
+    if args.changed:
+        touched = set(git("diff", "--name-only", args.changed, "--").split())
+        chosen = [m for m in chosen if m in touched]
+    if not chosen:
+        print("no listed module changed: nothing to mutate")
+        return 0
+    modules = [Module(path) for path in chosen]
+    patterns = [f"{module.name}.*" for module in modules]
+    subprocess.run(
+        [sys.executable, "-m", "mutmut", "run", f"--max-children={args.max_children}", *patterns],
+        cwd=ROOT,
+        check=True,
+    )
+    equivalent = load_equivalent()
+    problems = judge(modules, equivalent)
+    print(report(modules))
+    for problem in problems:
+        print(problem)
+    return 1 if problems else 0
+
+
+def listed_modules() -> list[str]:
+    """Every file the `only_mutate` patterns match, in the order they are listed."""
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["mutmut"]
+    found: list[str] = []
+    for pattern in config["only_mutate"]:
+        for source in config["source_paths"]:
+            for path in sorted((ROOT / source).rglob("*.py")):
+                relative = path.relative_to(ROOT).as_posix()
+                if fnmatch.fnmatch(relative, pattern) and relative not in found:
+                    found.append(relative)
+    return found
+
+
+def load_equivalent() -> dict[str, dict[str, str]]:
+    """Mutant name -> its `change` (the mutated line as mutmut writes it, so that a mutant
+    renumbered after an edit is not taken for the one judged) and `why`."""
+    entries = tomllib.loads(EQUIVALENT.read_text()).get("equivalent", [])
+    return {entry["mutant"]: entry for entry in entries}
+
+
+def judge(modules: list[Module], equivalent: dict[str, dict[str, str]]) -> list[str]:
+    problems = []
+    for module in modules:
+        meta = ROOT / "mutants" / (module.path + ".meta")
+        codes = json.loads(meta.read_text())["exit_code_by_key"] if meta.exists() else {}
+        for mutant, code in codes.items():
+            if code in KILLED or code in TIMEOUT:
+                outcome = "killed" if code in KILLED else "timeout"
+                if mutant in equivalent:
+                    problems.append(f"{mutant} is listed as equivalent but a test kills it")
+            elif code in SURVIVED:
+                change = diff(mutant)
+                entry = equivalent.get(mutant)
+                if entry is not None and entry["change"].strip() in change:
+                    outcome = "equivalent"
+                else:
+                    outcome = "survived"
+                    module.survivors.append(f"{mutant}\n{change}")
+            else:
+                outcome = "not run" if code is None else f"exit {code}"
+            module.outcomes[outcome] += 1
+        if not codes:
+            problems.append(f"{module.path}: mutmut left no results")
+        elif module.score() < TARGET:
+            problems.append(f"{module.path}: {module.score():.1%} killed, below {TARGET:.0%}")
+        problems.extend(f"survived, not listed as equivalent: {s}" for s in module.survivors)
+    return problems
+
+
+def diff(mutant: str) -> str:
+    """The mutant's change as `mutmut show` prints it: its diff's + and - lines."""
+    shown = subprocess.run(
+        [sys.executable, "-m", "mutmut", "show", mutant],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    lines = shown.splitlines()
+    return "\n".join(s for s in lines if s[:1] in "+-" and s[:3] not in ("+++", "---"))
+
+
+def report(modules: list[Module]) -> str:
+    kinds = ["killed", "timeout", "equivalent", "survived"]
+    others = sorted({o for m in modules for o in m.outcomes} - set(kinds))
+    head = ["module", "mutants", *kinds, *others, "score"]
+    rows = [head]
+    for module in modules:
+        counts = [str(module.outcomes[kind]) for kind in (*kinds, *others)]
+        total = str(sum(module.outcomes.values()))
+        rows.append([module.path, total, *counts, f"{module.score():.1%}"])
+    widths = [max(len(row[i]) for row in rows) for i in range(len(head))]
+    lines = ("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) for row in rows)
+    return "\n".join(lines)
+
+
+def git(*args: str) -> str:
+    return subprocess.run(
+        ["git", *args], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout
+
+
+if __name__ == "__main__":
+    sys.exit(main())
