@@ -15,33 +15,32 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from aiohttp.web_runner import BaseRunner
 from blockbuster import BlockBuster, blockbuster_ctx
-from hypothesis import HealthCheck
-from hypothesis import settings as hypothesis_settings
 
 from registry import FakeClock, Settings, create_app
 from registry.core.registry import Registry
 from registry.serving import Runner
 from registry.store.writer import StoreWriter
+from tests.mutation import suites_of
 from tests.nodes import Nodes
 from tests.processes import Servers
 
 AiohttpClient = Callable[..., Awaitable[TestClient]]
 CONTAINERS = Path(__file__).parent / "container"
 
-# Under mutation testing (tests/mutation) pytest runs again and again in one process, so a
-# property test in a class meets a new instance of its class each time: no flaw of the test.
-hypothesis_settings.register_profile(
-    "mutation", suppress_health_check=[HealthCheck.differing_executors]
-)
-if "MUTANT_UNDER_TEST" in os.environ:
-    hypothesis_settings.load_profile("mutation")
 
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The container tests last: building an image and tearing containers down loads the
     machine (disk and CPU) for a while after them, which the fault suite's timed probes that
-    would otherwise come next must not measure."""
+    would otherwise come next must not measure. Under mutation testing, a mutant is judged by
+    its module's own suites alone (tests/mutation)."""
     items.sort(key=lambda item: item.path.is_relative_to(CONTAINERS))
+    mutant = os.environ.get("MUTANT_UNDER_TEST", "")
+    if "__mutmut_" in mutant:
+        root = config.rootpath
+        suites = [root / suite for suite in suites_of(mutant)]
+        kept = [item for item in items if any(item.path.is_relative_to(s) for s in suites)]
+        config.hook.pytest_deselected(items=[item for item in items if item not in kept])
+        items[:] = kept
 
 
 @pytest.fixture(autouse=True)

@@ -1,0 +1,56 @@
+"""Which fast tests judge a mutant of each module under mutation testing (`python -m
+tests.mutation`): the suites that own the module's rules. mutmut would otherwise run every test
+that happened to reach the mutated function (the whole server runs auth and self-preservation
+on each request), minutes a surviving mutant; a rule is pinned by its own suite's tests or it is
+not pinned."""
+
+from __future__ import annotations
+
+import fnmatch
+
+# A module (as [tool.mutmut] only_mutate lists it) -> the test paths judging its mutants.
+SUITES: dict[str, tuple[str, ...]] = {
+    "rules/*": ("tests/rules", "tests/core"),
+    "registry/core/preservation.py": ("tests/core",),
+    "registry/core/tombstones.py": ("tests/core", "tests/peers", "tests/store"),
+    "registry/core/overrides.py": (
+        "tests/core",
+        "tests/peers",
+        "tests/store",
+        "tests/http/test_admin_api.py",
+    ),
+    "peers/merge.py": ("tests/peers",),
+    "registry/checks/spec.py": ("tests/checks",),
+    "registry/checks/destinations.py": ("tests/checks",),
+    "registry/http/request_body.py": (
+        "tests/http/test_error_handling.py",
+        "tests/http/test_client_api.py",
+        "tests/peers/test_peer_signatures.py",
+    ),
+    "registry/http/auth.py": (
+        "tests/http",
+        "tests/peers",
+        "tests/checks",
+        "tests/test_settings.py",
+    ),
+    "registry/http/credentials.py": (
+        "tests/http",
+        "tests/peers",
+        "tests/checks",
+        "tests/test_settings.py",
+    ),
+}
+
+
+def module_path(mutant: str) -> str:
+    """`registry.core.preservation.xǁSelfPreservationǁon_load__mutmut_3` ->
+    `registry/core/preservation.py` (mutmut names a mutant by its module and function)."""
+    parts = mutant.split(".")
+    function = next(i for i, part in enumerate(parts) if part.startswith(("x_", "xǁ")))
+    return "/".join(parts[:function]) + ".py"
+
+
+def suites_of(mutant: str) -> tuple[str, ...]:
+    """The test paths that judge `mutant`."""
+    path = module_path(mutant)
+    return next(tests for pattern, tests in SUITES.items() if fnmatch.fnmatch(path, pattern))

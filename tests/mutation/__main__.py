@@ -22,6 +22,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tests.mutation import SUITES
+
 ROOT = Path(__file__).resolve().parents[2]
 EQUIVALENT = Path(__file__).with_name("equivalent.toml")
 TARGET = 0.90  # of each module's mutants, equivalent ones set aside
@@ -55,6 +57,9 @@ def main() -> int:
     args = parser.parse_args()
 
     listed = listed_modules()
+    patterns = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["mutmut"]
+    if set(patterns["only_mutate"]) != set(SUITES):
+        parser.error("[tool.mutmut] only_mutate and tests/mutation SUITES must name the same")
     chosen = [m for m in listed if not args.modules or m in args.modules]
     if args.modules and len(chosen) != len(set(args.modules)):
         parser.error(f"not listed in [tool.mutmut] only_mutate: {set(args.modules) - set(chosen)}")
