@@ -13,7 +13,8 @@ Then:
   and shows every admin decision: the same overrides in force, and the overridden instances
   OUT_OF_SERVICE.
 
-Needs root (namespaces, a bridge); skipped, saying why, where they cannot be made.
+Needs root (namespaces, a bridge); skipped, saying why, where they cannot be made, and failed
+there instead where REQUIRE_ROOT_TESTS is set (tests/privileged.py).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ import orjson
 import pytest
 
 from tests.helpers import instance_doc
+from tests.privileged import unavailable
 from tests.processes import ServerProcess
 
 pytestmark = pytest.mark.slow
@@ -62,12 +64,15 @@ def _address(n: int) -> str:
 def hosts() -> Iterator[list[str]]:
     """Three namespaces on one bridge, the bridge reachable from here; their namespaces."""
     if os.geteuid() != 0 or shutil.which("ip") is None:
-        pytest.skip("partitions need root and iproute2 to make network namespaces")
+        unavailable("partitions need root and iproute2 to make network namespaces")
     bridge, spaces = f"{TAG}br", [f"{TAG}n{n}" for n in (1, 2, 3)]
     try:
         _ip("link", "add", bridge, "type", "bridge")
-    except (subprocess.CalledProcessError, OSError) as exc:
-        pytest.skip(f"network namespaces cannot be made here: {exc}")
+    except subprocess.CalledProcessError as exc:
+        said = exc.stderr.decode(errors="replace").strip()
+        unavailable(f"network namespaces cannot be made here: `ip link add` said {said!r}")
+    except OSError as exc:
+        unavailable(f"network namespaces cannot be made here: {exc}")
     try:
         _ip("addr", "add", f"{_address(254)}/24", "dev", bridge)
         _ip("link", "set", bridge, "up")
