@@ -33,6 +33,7 @@ from registry.appkeys import (
     LOOP_LAG,
     MEMORY,
     METRICS,
+    PAGES,
     PRESERVATION,
     REGISTRY,
     REQUESTS,
@@ -186,6 +187,11 @@ class RegistryCollector(Collector):
         yield _counter("registry_cache_hits", "Fetches answered from the cache", cache.hits)
         yield _counter("registry_cache_misses", "Fetches that built a payload", cache.misses)
         yield _gauge("registry_cached_payloads", "Payloads in the cache", len(cache))
+        yield _counter(
+            "registry_status_page_renders",
+            "Status pages rendered (the others answered with one rendered lately)",
+            app[PAGES].made,
+        )
         feed = app[FEED]
         yield _gauge("registry_watchers", "Open watch streams", feed.watchers)
         yield _gauge(

@@ -176,6 +176,7 @@ class Recent:
         self._max_age = max_age
         self._size = size
         self._values: dict[Hashable, tuple[float, object]] = {}
+        self.made = 0  # values put: made because none was fresh (the page's renders, in metrics)
 
     def get(self, key: Hashable, *, now: float) -> object | None:
         made = self._values.get(key)
@@ -184,6 +185,7 @@ class Recent:
         return made[1]
 
     def put(self, key: Hashable, value: object, *, now: float) -> None:
+        self.made += 1
         self._values.pop(key, None)
         self._values[key] = (now, value)
         while len(self._values) > self._size:

@@ -17,6 +17,7 @@ from registry.appkeys import WRITER
 from registry.store.sqlite import CorruptStore, Store
 from tests.factories import T0
 from tests.helpers import JSON, eventually, fetch_json, locked, register
+from tests.privileged import unavailable
 
 
 @pytest.fixture
@@ -66,7 +67,7 @@ class TestStoreOff:
 
 
 def mount(*args: str) -> bool:
-    """Run mount(8); whether it worked (it needs root, which CI machines may not give)."""
+    """Run mount(8); whether it worked (it needs root: tests/privileged.py)."""
     return subprocess.run(["mount", *args], capture_output=True, check=False).returncode == 0
 
 
@@ -76,7 +77,7 @@ async def tmpfs(tmp_path: Path) -> AsyncIterator[Path]:
     where = tmp_path / "mnt"
     await asyncio.to_thread(where.mkdir)
     if not await asyncio.to_thread(mount, "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(where)):
-        pytest.skip("mounting a tmpfs needs root")
+        unavailable("mounting a tmpfs needs root")
     try:
         yield where
     finally:
@@ -137,7 +138,7 @@ class TestReadOnlyDirectory:
         await register(first, iid="kept")
         await first.close()
         if not await asyncio.to_thread(chattr, "+i", data):
-            pytest.skip("chattr +i needs root and a file system that has it")
+            unavailable("chattr +i needs root and a file system that has it")
         try:
             client = await aiohttp_client(create_app(Settings(data_dir=str(data)), clock=clock))
             await register(client, iid="new")
