@@ -11,6 +11,7 @@ instance (a change event) and hand the admin's call to the replication part.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import structlog
@@ -74,13 +75,16 @@ class OverrideCommands:
         replicated again, which lets an admin re-send a decision a peer may have missed.
 
         A peer's call older than this node's own last word on the override (set or removed
-        later, by the notes' times) changes nothing: every node keeps the latest.
+        later, by the notes' times) changes nothing: every node keeps the latest. An admin's
+        call here is dated after that last word (`Overrides.next_ms`).
         """
         lease = self._live_lease(app, instance_id, now_ms)
+        if not is_replication and note is not None:
+            note = replace(note, set_ms=self.overrides.next_ms(instance_id, note.set_ms))
         if (
             is_replication
             and note is not None
-            and not self.overrides.older_than(instance_id, note.set_ms)
+            and not self.overrides.older_than(instance_id, note.set_ms, status)
         ):
             log.info("override_older_than_ours", app=app, instance_id=instance_id)
             return
@@ -134,11 +138,14 @@ class OverrideCommands:
         (cancelled, evicted, its lease lapsed) is removed too; with neither, UnknownInstance.
         `removed_ms`: when a peer's admin removed it; an override set here later stays.
         """
-        at_ms = now_ms if removed_ms is None else removed_ms
+        if removed_ms is not None:
+            at_ms = removed_ms
+        else:  # this node's call: dated after its last word (`Overrides.next_ms`)
+            at_ms = self.overrides.next_ms(instance_id, now_ms)
         if (
             is_replication
             and removed_ms is not None
-            and not self.overrides.older_than(instance_id, removed_ms)
+            and not self.overrides.older_than(instance_id, removed_ms, None)
         ):
             log.info("override_older_than_ours", app=app, instance_id=instance_id)
             return
@@ -238,7 +245,9 @@ class OverrideCommands:
         changed = 0
         ahead_ms = now_ms + self._skew_ms
         for iid, note in notes:
-            if note.set_ms > ahead_ms or not self.overrides.older_than(iid, note.set_ms):
+            if note.set_ms > ahead_ms or not self.overrides.older_than(
+                iid, note.set_ms, note.status
+            ):
                 continue
             if self.overrides.get(iid) is note.status:  # the same decision: its newer note
                 self.overrides.set(note.app, iid, note.status, note, at_ms=note.set_ms, by=note.by)
@@ -249,7 +258,7 @@ class OverrideCommands:
                     self._show_override(lease, note.status, now_ms, None)
             changed += 1
         for iid, app, at_ms in removals:
-            if at_ms > ahead_ms or not self.overrides.older_than(iid, at_ms):
+            if at_ms > ahead_ms or not self.overrides.older_than(iid, at_ms, None):
                 continue
             if iid in self.overrides:
                 self._drop_override(iid, _O.DELETED, now_ms, at_ms)

@@ -137,6 +137,12 @@ class OverrideNotes:
                 yield iid, note
 
 
+def _order(at_ms: int, status: InstanceStatus | None) -> tuple[int, int, str]:
+    """How decisions on one override are ordered on every node (as admins' checks are,
+    core/app_checks.py): by time, then a set over a removal, then the greater status."""
+    return (at_ms, 0, "") if status is None else (at_ms, 1, status.value)
+
+
 class Overrides(Mapping[str, InstanceStatus]):
     """The overrides in force (instance id -> status), their notes and removals, and who is
     told of their changes. Which of two decisions on an instance is later is decided here, by
@@ -168,15 +174,30 @@ class Overrides(Mapping[str, InstanceStatus]):
         status = self._status.get(instance_id)
         return None if status is None else self.notes.of(instance_id, status)
 
-    def older_than(self, instance_id: str, at_ms: int) -> bool:
+    def older_than(self, instance_id: str, at_ms: int, status: InstanceStatus | None) -> bool:
         """Whether this node's last word on the instance's override (set, or removed) is
-        older than `at_ms` (or it has none). An override without a note (taken from a stock
-        peer's copy) has no known time: any decision with one is newer."""
-        if instance_id in self._status:
-            note = self.note_of(instance_id)
-            return note is None or note.set_ms < at_ms
+        older than a decision at `at_ms` setting `status` (None: removing it), or it has none.
+        An override without a note (taken from a stock peer's copy) has no known time: any
+        decision with one is newer. At the same time a set wins over a removal, then the
+        greater status: two nodes' decisions dated alike must not each keep their own."""
+        ours = self._latest(instance_id)
+        return ours is None or ours < _order(at_ms, status)
+
+    def next_ms(self, instance_id: str, now_ms: int) -> int:
+        """The time to give an admin's new call on the override of `instance_id`: now, or
+        just after this node's last word on it (a peer's decision dated ahead by its clock, two
+        calls in one millisecond), so that the call is the latest decision everywhere."""
+        ours = self._latest(instance_id)
+        return now_ms if ours is None else max(now_ms, ours[0] + 1)
+
+    def _latest(self, instance_id: str) -> tuple[int, int, str] | None:
+        """The order of this node's last word on the override; None when it has no time."""
+        status = self._status.get(instance_id)
+        if status is not None:
+            note = self.notes.of(instance_id, status)
+            return None if note is None else _order(note.set_ms, status)
         removed_ms = self.notes.removed_at(instance_id)
-        return removed_ms is None or removed_ms < at_ms
+        return None if removed_ms is None else _order(removed_ms, None)
 
     def set(
         self,

@@ -2,20 +2,28 @@
 and so are what travels between them (batch items encoded by peers.items and applied by the
 batch handler's `answer`, answers handled by the real Dispatcher, anti-entropy's `reconcile`
 and merges); only the network between them is the model's, so that it can lose batches,
-reorder them, cut a node off and heal it, and the store is the registry as of its last flush
-(a client's cancel flushed before its answer, everything else written behind), restored by
-the real `restore` when a node restarts.
+reorder them, cut a node off (from everyone, or from its peers alone) and heal it, and the
+store is the registry as of its last flush (a client's cancel flushed before its answer,
+everything else written behind), restored by the real `restore` when a node restarts.
+
+Each node has a clock of its own, set apart from the others by an offset drawn once per
+example (time then moves on every clock at once): decisions are dated by the node that made
+them, so one node may date a decision ahead of a later one made on another, or at the same
+millisecond.
 
 Clients behave as Eureka's: register with a new lastDirtyTimestamp, heartbeat their node,
 register again (marked dirty anew) when a heartbeat is answered 404, fail over to another
 node when theirs cannot be reached, cancel, or die without a word. Admins set and remove
-overrides on any reachable node.
+overrides on any reachable node. A node cut off from its peers alone still serves its clients
+and admins: both sides of the cut take registrations, cancels and conflicting overrides.
 
 Checked after every step: no node that has let a cancelled instance go holds it again before
 its client registers again (no resurrection by a batch, a 409 or anti-entropy). Checked at
-the end, after the heal, the clients' heartbeats for two leases and one anti-entropy round:
+the end, right after the heal, what was queued and one anti-entropy round: no node holds an
+instance whose client's cancel removed its latest copy. Then, after the clients' heartbeats
+for two leases and one anti-entropy round:
 every node lists exactly the live clients' instances, with the same statuses, and the same
-overrides: the last admin decision on each.
+overrides: the latest admin decision on each, as the product orders them (`Decision.order`).
 """
 
 from __future__ import annotations
@@ -29,7 +37,7 @@ from typing import Any
 import orjson
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from peers.anti_entropy import reconcile
 from peers.digest import Digests
@@ -55,7 +63,19 @@ IDS = ("i-1", "i-2", "i-3", "i-4")
 APP = "ORDERS"
 LEASE_MS = 90_000
 SKEW_MS = 300_000
+MARGIN_MS = 10_000
+# Each node's clock is off by up to this, either way: two nodes then differ by up to
+# MARGIN_MS, the `removal_margin` that the rule of registry/core/tombstones.py needs clocks to
+# stay within for no removal to be undone (docs/differences.md, "Removals and copies"; the
+# settings table of docs/operations.md). Beyond it, up to `max_clock_skew`, a copy renewed
+# within the skew after a removal "may go either way" by design; at exactly the margin the
+# rule's strict comparison still keeps the removal.
+OFFSET_MS = MARGIN_MS // 2
+# Clocks kept by NTP differ by milliseconds: drawn as often as the far ones, so that nodes date
+# decisions at the same millisecond too.
+OFFSETS = st.one_of(st.integers(-3, 3), st.integers(-OFFSET_MS, OFFSET_MS))
 S = InstanceStatus
+DECISIONS = [S.OUT_OF_SERVICE, S.DOWN, None]  # None: the override removed
 
 
 class Wire:
@@ -100,7 +120,7 @@ class Node(Subscriber):
         self.start()
 
     def start(self) -> None:
-        self.registry = Registry(removal_margin_ms=10_000, tombstone_retention_ms=3_600_000)
+        self.registry = Registry(removal_margin_ms=MARGIN_MS, tombstone_retention_ms=3_600_000)
         self.digests = Digests(self.registry)
         self.registry.subscribe(self.digests)
         self.registry.subscribe(self)
@@ -169,30 +189,52 @@ class Client:
     dirty_ms: int = 0
     alive: bool = False
     cancelled_ms: int | None = None  # its last word was a cancel, then
+    cancel_took: bool = False  # and it removed the client's latest copy, on that node
 
 
 @dataclass
 class Decision:
     status: InstanceStatus | None  # None: removed
-    at_ms: int
+    at_ms: int  # as the node where the admin made it dated it (by its clock)
+    node: str
+
+    def order(self) -> tuple[int, int, str]:
+        """Which decision is the latest, as the product decides (registry/core/overrides.py):
+        the later time by the deciding nodes' own clocks (so one dated ahead by a skewed clock
+        wins over one made up to the skew later on a node that had not heard of it; a node
+        dates its admin's call after what it had heard), at the same time a set over a
+        removal, then the greater status."""
+        if self.status is None:
+            return (self.at_ms, 0, "")
+        return (self.at_ms, 1, self.status.value)
 
 
 class Cluster(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.loop = asyncio.new_event_loop()
-        self.clock = FakeClock()
-        self.nodes = {name: Node(name, self.clock) for name in NODES}
+        self.clock = FakeClock()  # the clients' (their lastDirtyTimestamps)
+        self.nodes: dict[str, Node] = {}
+        self.clients: dict[str, Client] = {}
+        self.decisions: dict[str, list[Decision]] = {}
+        self.cut: str | None = None
+        self.peers_only = False  # the cut node still reaches its clients and admins
+        self.gone_seen: set[tuple[str, str]] = set()  # (node, id): let go after a cancel
+
+    @initialize(offsets=st.tuples(*[OFFSETS] * len(NODES)))
+    def clocks_are_set(self, offsets: tuple[int, ...]) -> None:
+        start_ms = self.clock.wall_ms()
+        self.nodes = {
+            name: Node(name, FakeClock(start_ms + offset))
+            for name, offset in zip(NODES, offsets, strict=True)
+        }
         for node in self.nodes.values():
             node.connect([p for p in self.nodes.values() if p is not node])
-        self.clients: dict[str, Client] = {}
-        self.decisions: dict[str, Decision] = {}
-        self.cut: str | None = None
-        self.gone_seen: set[tuple[str, str]] = set()  # (node, id): let go after a cancel
 
     def teardown(self) -> None:
         try:
-            self.check_agreement()
+            if self.nodes:
+                self.check_agreement()
         finally:
             self.loop.close()
 
@@ -202,7 +244,12 @@ class Cluster(RuleBasedStateMachine):
         return self.loop.run_until_complete(coroutine)
 
     def reachable(self, name: str) -> bool:
-        return name != self.cut
+        """Whether clients and admins reach the node."""
+        return name != self.cut or self.peers_only
+
+    def linked(self, a: str, b: str) -> bool:
+        """Whether two nodes reach each other."""
+        return self.cut not in (a, b)
 
     def node_for(self, client: Client) -> Node:
         """The client's node, or the next one it fails over to."""
@@ -212,16 +259,21 @@ class Cluster(RuleBasedStateMachine):
     def register(self, client: Client) -> None:
         self.clock_tick()
         client.dirty_ms = self.clock.wall_ms()
-        client.alive, client.cancelled_ms = True, None
+        client.alive, client.cancelled_ms, client.cancel_took = True, None, False
         node = self.node_for(client)
         node.registry.register(make(client.iid, APP, dirty=client.dirty_ms), now_ms=node.now)
         self.gone_seen = {(n, i) for n, i in self.gone_seen if i != client.iid}
 
     def clock_tick(self) -> None:
-        self.run(self.clock.advance(0.001))
+        self.advance(0.001)
+
+    def advance(self, seconds: float) -> None:
+        """Time moves on every clock at once: the offsets stay as drawn."""
+        for clock in [self.clock, *(node.clock for node in self.nodes.values())]:
+            self.run(clock.advance(seconds))
 
     def deliver(self, source: str, target: str, *, reorder: bool = False) -> None:
-        if not (self.reachable(source) and self.reachable(target)):
+        if not self.linked(source, target):
             return
         dispatcher = self.nodes[source].dispatchers[target]
         while len(dispatcher.pending):
@@ -240,8 +292,8 @@ class Cluster(RuleBasedStateMachine):
     def anti_entropy(self, name: str) -> None:
         node = self.nodes[name]
         for peer in NODES:
-            if peer != name and self.reachable(peer) and self.reachable(name):
-                self.run(reconcile(Wire(self.nodes[peer]), node.registry, node.digests, self.clock))
+            if peer != name and self.linked(peer, name):
+                self.run(reconcile(Wire(self.nodes[peer]), node.registry, node.digests, node.clock))
 
     # Clients -----------------------------------------------------------------------------
 
@@ -262,17 +314,26 @@ class Cluster(RuleBasedStateMachine):
         except UnknownInstance:
             self.register(client)  # a 404: registers again, marked dirty anew
 
-    @rule(iid=st.sampled_from(IDS))
-    def client_cancels(self, iid: str) -> None:
+    @rule(iid=st.sampled_from(IDS), after_heartbeat=st.booleans())
+    def client_cancels(self, iid: str, after_heartbeat: bool) -> None:
+        """The client shuts down; `after_heartbeat`: right after a heartbeat that its node's
+        peers received (their renewals, by their clocks, may then be dated after the cancel
+        by up to the skew)."""
         client = self.clients.get(iid)
         if client is None or not client.alive:
             return
+        if after_heartbeat:  # (a peer without it answers 404: registered, then renewed)
+            for _ in range(2):
+                self.client_heartbeats(iid)
+                self.deliver_all()
         client.alive = False
         node = self.node_for(client)
         client.cancelled_ms = node.now
         with contextlib.suppress(UnknownInstance):
             node.registry.cancel(APP, iid, now_ms=node.now)
         node.flush()  # on disk before the 200
+        removal = node.registry.tombstones.get(APP, iid)
+        client.cancel_took = removal is not None and removal.dirty_ms == client.dirty_ms
 
     @rule(iid=st.sampled_from(IDS))
     def client_dies(self, iid: str) -> None:
@@ -282,15 +343,48 @@ class Cluster(RuleBasedStateMachine):
     # Admins --------------------------------------------------------------------------------
 
     @rule(
-        iid=st.sampled_from(IDS),
+        pick=st.integers(0, len(IDS) - 1),
         name=st.sampled_from(NODES),
-        status=st.sampled_from([S.OUT_OF_SERVICE, S.DOWN, None]),
+        status=st.sampled_from(DECISIONS),
     )
-    def admin_decides(self, iid: str, name: str, status: InstanceStatus | None) -> None:
+    def admin_decides(self, pick: int, name: str, status: InstanceStatus | None) -> None:
+        """An admin sets or removes an override of an instance the node shows (or of one it
+        holds an override of)."""
+        iid = self.shown(name, pick)
+        if iid is not None:
+            self.clock_tick()
+            self.decide(name, iid, status)
+
+    @rule(
+        pick=st.integers(0, len(IDS) - 1),
+        names=st.tuples(st.sampled_from(NODES), st.sampled_from(NODES)),
+        statuses=st.tuples(st.sampled_from(DECISIONS), st.sampled_from(DECISIONS)),
+    )
+    def admins_decide_at_once(
+        self,
+        pick: int,
+        names: tuple[str, str],
+        statuses: tuple[InstanceStatus | None, InstanceStatus | None],
+    ) -> None:
+        """Two admins decide on one instance in the same millisecond, on one node or on two
+        (whose clocks may then date both alike)."""
+        iid = self.shown(names[0], pick)
+        if iid is not None:
+            self.clock_tick()
+            for name, status in zip(names, statuses, strict=True):
+                self.decide(name, iid, status)
+
+    def shown(self, name: str, pick: int) -> str | None:
+        """One of the instances an admin reaching the node sees (or of the overrides it
+        holds), None when there is none."""
+        node = self.nodes[name]
+        shown = sorted(set(node.held()) | set(node.registry.overrides))
+        return shown[pick % len(shown)] if self.reachable(name) and shown else None
+
+    def decide(self, name: str, iid: str, status: InstanceStatus | None) -> None:
+        node = self.nodes[name]
         if not self.reachable(name):
             return
-        self.clock_tick()
-        node = self.nodes[name]
         try:
             if status is None:
                 node.registry.delete_status_override(APP, iid, now_ms=node.now)
@@ -300,13 +394,18 @@ class Cluster(RuleBasedStateMachine):
         except UnknownInstance:
             return
         node.flush()  # on disk before the answer
-        self.decisions[iid] = Decision(status, node.now)
+        # Dated by the node: its clock, or just after its own last word on the override.
+        overrides = node.registry.overrides
+        note = overrides.note_of(iid)
+        at_ms = overrides.notes.removed_at(iid) if note is None else note.set_ms
+        assert at_ms is not None and at_ms >= node.now, (iid, at_ms, node.now)
+        self.decisions.setdefault(iid, []).append(Decision(status, at_ms, name))
 
     # Nodes and the network -----------------------------------------------------------------
 
     @rule(seconds=st.integers(1, 40))
     def time_passes(self, seconds: int) -> None:
-        self.run(self.clock.advance(seconds))
+        self.advance(seconds)
 
     @rule(name=st.sampled_from(NODES))
     def node_evicts(self, name: str) -> None:
@@ -333,6 +432,12 @@ class Cluster(RuleBasedStateMachine):
         if source != to:
             self.deliver(source, to, reorder=reorder)
 
+    @rule()
+    def batches_all_arrive(self) -> None:
+        """What every node queued reaches its peers (and what their answers queue): the
+        usual case, so that a client's calls travel on between its other steps."""
+        self.deliver_all()
+
     @rule(source=st.sampled_from(NODES), to=st.sampled_from(NODES))
     def batches_are_lost(self, source: str, to: str) -> None:
         if source != to:
@@ -340,9 +445,11 @@ class Cluster(RuleBasedStateMachine):
             dispatcher.pending.take(len(dispatcher.pending))
 
     @precondition(lambda self: self.cut is None)
-    @rule(name=st.sampled_from(NODES))
-    def partition(self, name: str) -> None:
-        self.cut = name
+    @rule(name=st.sampled_from(NODES), peers_only=st.booleans())
+    def partition(self, name: str, peers_only: bool) -> None:
+        """The node is cut off: from everyone, or from its peers alone (split brain: its
+        clients and admins still reach it, and write on both sides)."""
+        self.cut, self.peers_only = name, peers_only
 
     @rule()
     def heal(self) -> None:
@@ -373,10 +480,21 @@ class Cluster(RuleBasedStateMachine):
                     self.gone_seen.add((name, iid))
 
     def check_agreement(self) -> None:
-        """The heal, two leases of heartbeats, one anti-entropy round: all agree."""
+        """The heal, what was queued, one anti-entropy round: no node holds an instance whose
+        client's cancel removed its latest copy on a node (every copy elsewhere was renewed
+        before the cancel, by clocks within the margin of the canceller's, so the cancel wins).
+        Then two leases of heartbeats and one more round: all agree."""
         self.cut = None
+        self.deliver_all()
+        for name in NODES:
+            self.anti_entropy(name)
+        self.deliver_all()
+        cancelled = {iid for iid, client in self.clients.items() if client.cancel_took}
+        for name, node in self.nodes.items():
+            kept = sorted(cancelled & set(node.held()))
+            assert not kept, f"{name} still holds {kept}, cancelled, after the heal"
         for _ in range(6):
-            self.run(self.clock.advance(30))
+            self.advance(30)
             for iid in list(self.clients):
                 self.client_heartbeats(iid)
             self.deliver_all()
@@ -385,7 +503,8 @@ class Cluster(RuleBasedStateMachine):
         for name in NODES:
             self.anti_entropy(name)
         live = {iid for iid, client in self.clients.items() if client.alive}
-        expected = {iid: d.status for iid, d in self.decisions.items() if d.status is not None}
+        latest = {iid: max(made, key=Decision.order) for iid, made in self.decisions.items()}
+        expected = {iid: d.status for iid, d in latest.items() if d.status is not None}
         for name, node in self.nodes.items():
             held = set(node.held())
             assert live == held, f"{name} holds {sorted(held)}, the live are {sorted(live)}"
@@ -393,7 +512,7 @@ class Cluster(RuleBasedStateMachine):
             assert expected == overrides, f"{name}: {overrides}, the admins said {expected}"
         # An override removed leaves its instance UNKNOWN until its next heartbeat makes it
         # register again (contract 6.6): one more round, and every status agrees too.
-        self.run(self.clock.advance(30))
+        self.advance(30)
         for iid in list(self.clients):
             self.client_heartbeats(iid)
         self.deliver_all()
