@@ -52,8 +52,10 @@ class Plane(enum.Enum):
 PRINCIPAL = web.RequestKey("principal", str)  # the user name the credential carried
 ROLES = web.RequestKey("roles", Role)  # every role the credential proved
 
+# The setting a refused call's plane takes its credentials from. The client plane takes every
+# role, so a guard (installed only where some credential is configured) never refuses its call
+# with a 403: it has no entry.
 _SETTING = {
-    Plane.CLIENT: "client_credentials",
     Plane.ADMIN: "admin_credentials or admin_tokens",
     Plane.PEER: "peer_credential",
 }
@@ -106,8 +108,9 @@ def _loopback_host(host: str) -> bool:
 
 def may_administer(request: web.Request) -> bool:
     """Whether this request could call the admin plane: always, when no credentials are
-    configured (then the server is on loopback, unless `insecure_public_bind` says otherwise)."""
-    return not request.app[SETTINGS].secured or bool(request.get(ROLES, Role.NONE) & Role.ADMIN)
+    configured (then the server is on loopback, unless `insecure_public_bind` says otherwise).
+    Where they are, the plane's guard has set the request's roles before its handler runs."""
+    return not request.app[SETTINGS].secured or bool(request[ROLES] & Role.ADMIN)
 
 
 def may_act_on(request: web.Request, app: str) -> None:

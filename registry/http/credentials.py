@@ -66,9 +66,10 @@ class Credentials:
         if self._tokens:
             self.configured |= Role.ADMIN
 
-    def check(self, authorization: str | None) -> tuple[Role, str | None]:
-        """The roles the `Authorization` header proves, and the user name it carries."""
-        scheme, _, value = (authorization or "").strip().partition(" ")
+    def check(self, authorization: str) -> tuple[Role, str | None]:
+        """The roles the `Authorization` header proves ("" when there is none), and the user
+        name it carries."""
+        scheme, _, value = authorization.strip().partition(" ")
         scheme = scheme.lower()
         if scheme == "basic":
             try:
@@ -76,9 +77,10 @@ class Credentials:
             except (binascii.Error, ValueError):
                 return Role.NONE, None
             roles = _matching(_digest(presented), self._basic)
-            user = presented.partition(b":")[0].decode("utf-8", "replace") if roles else None
+            # A match is a configured credential's own bytes: UTF-8 (settings are text)
+            user = presented.partition(b":")[0].decode() if roles else None
             return roles, user
-        if scheme == "bearer" and value.strip():
+        if scheme == "bearer":  # a blank token matches none: settings refuse empty ones
             roles = _matching(_digest(value.strip().encode()), self._tokens)
             return roles, ("token" if roles else None)
         return Role.NONE, None

@@ -49,7 +49,7 @@ async def read_body(request: web.Request) -> bytes:
     than the application's `client_max_size` (compressed or not), slower than BODY_TIMEOUT,
     not what its Content-Encoding says, or in an encoding we do not read."""
     limit = request.client_max_size
-    encoding = request.headers.get(hdrs.CONTENT_ENCODING, "identity").strip().lower()
+    encoding = request.headers.get(hdrs.CONTENT_ENCODING, "").strip().lower()
     if encoding not in _ENCODINGS and encoding not in ("identity", ""):
         raise UnsupportedMediaType(
             "Content-Encoding", f"{encoding!r} is not read here: send gzip, deflate or none"

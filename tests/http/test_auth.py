@@ -14,6 +14,7 @@ from aiohttp.test_utils import TestClient
 from structlog.testing import capture_logs
 
 from registry import Settings, create_app
+from registry.codec.peer_signature import peer_key, sign
 from registry.core.model import InstanceStatus
 from registry.http.auth import Credentials, Role
 from registry.settings import SettingsError
@@ -185,6 +186,56 @@ async def test_a_401_challenges_for_basic_and_on_the_admin_plane_for_bearer(clie
     assert (403, None) == (refused.status, refused.headers.get("WWW-Authenticate"))
 
 
+BASIC = 'Basic realm="service-registry", charset="UTF-8"'
+BEARER = 'Bearer realm="service-registry"'
+UNKNOWN = {"error": "unauthorized", "detail": "credentials missing or not recognised"}
+
+
+def needs(setting: str) -> dict[str, str]:
+    return {
+        "error": "forbidden",
+        "detail": f"this credential may not call this; it needs {setting}",
+    }
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "headers", "answer"),
+    [
+        ("GET", "/eureka/apps", NOBODY, (401, [BASIC], UNKNOWN)),
+        ("GET", "/eureka/apps", WRONG[0], (401, [BASIC], UNKNOWN)),
+        ("GET", "/eureka/overrides", NOBODY, (401, [BASIC, BEARER], UNKNOWN)),
+        (
+            "GET",
+            "/eureka/overrides",
+            AS_CLIENT,
+            (403, [], needs("admin_credentials or admin_tokens")),
+        ),
+        (
+            "GET",
+            "/eureka/overrides",
+            AS_PEER,
+            (403, [], needs("admin_credentials or admin_tokens")),
+        ),
+        ("GET", "/eureka/peerreplication/digest", NOBODY, (401, [BASIC], UNKNOWN)),
+        ("GET", "/eureka/peerreplication/digest", AS_BEARER, (403, [], needs("peer_credential"))),
+        ("PUT", "/eureka/apps/ORDERS/i-1", REPLICATION, (401, [BASIC], UNKNOWN)),
+        (
+            "PUT",
+            "/eureka/apps/ORDERS/i-1",
+            {**AS_ADMIN, **REPLICATION},
+            (403, [], needs("peer_credential")),
+        ),
+    ],
+)
+async def test_a_refusal_says_what_the_call_needs(client, method, path, headers, answer):
+    """A 401 challenges for what the plane takes (bearer tokens: the admin plane's only); a
+    403 names the setting whose credentials the call needs."""
+    response = await client.request(method, path, headers=_json(headers))
+    challenges = response.headers.getall("WWW-Authenticate", [])
+    assert answer == (response.status, challenges, await response.json())
+    untouched(client)
+
+
 async def test_the_admin_who_sets_an_override_is_remembered(client):
     path = "/eureka/apps/ORDERS/i-1/status?value=OUT_OF_SERVICE&reason=deploy"
     assert 200 == await call(client, "PUT", path, AS_ADMIN)
@@ -242,10 +293,14 @@ async def test_a_plane_with_no_credentials_of_its_own_is_closed(aiohttp_client, 
     client = await aiohttp_client(
         create_app(Settings(client_credentials=(f"svc:{CLIENT_PW}",)), clock=clock)
     )
-    response = await client.get("/eureka/overrides", headers=AS_CLIENT)
-    assert 403 == response.status
-    assert "admin_credentials" in (await response.json())["detail"]
-    assert 403 == (await client.get("/eureka/overrides")).status
+    for path, setting in (
+        ("/eureka/overrides", "admin_credentials or admin_tokens"),
+        ("/eureka/peerreplication/digest", "peer_credential"),
+    ):
+        closed = {"error": "forbidden", "detail": f"this node has no {setting} configured"}
+        for headers in (AS_CLIENT, NOBODY, AS_BEARER):
+            response = await client.get(path, headers=headers)
+            assert (403, closed) == (response.status, await response.json()), headers
 
 
 def test_a_credential_configured_for_two_planes_proves_both():
@@ -253,13 +308,107 @@ def test_a_credential_configured_for_two_planes_proves_both():
     assert (Role.CLIENT | Role.ADMIN, "a") == both.check(basic("a", "b")["Authorization"])
     assert (Role.ADMIN, "c") == both.check(basic("c", "d")["Authorization"])
     assert (Role.NONE, None) == both.check(basic("a", "d")["Authorization"])
-    assert (Role.NONE, None) == both.check(None)
+    assert (Role.NONE, None) == both.check("")
+
+
+ENCODED = AS_CLIENT["Authorization"].split()[1]  # the client's credential in base64
+
+
+def test_a_header_proves_its_roles_however_it_is_spaced_or_cased():
+    credentials = Credentials(SECURED)
+    for header in (f"  Basic {ENCODED} ", f"basic {ENCODED}", f"BASIC   {ENCODED}"):
+        assert (Role.CLIENT, "svc") == credentials.check(header), header
+    for header in (f"Bearer {TOKEN}", f" bearer   {TOKEN} ", f"BEARER {TOKEN}"):
+        assert (Role.ADMIN, "token") == credentials.check(header), header
+
+
+@pytest.mark.parametrize(
+    "header",
+    [
+        f"Basic {ENCODED[:4]}*{ENCODED[4:]}",
+        ENCODED,  # no scheme
+        f"Digest {TOKEN}",
+        f"Token {TOKEN}",
+        "Bearer",
+        "Bearer   ",
+        f"Bearer {TOKEN}x",
+        "",
+    ],
+    ids=["not-base64", "no-scheme", "digest", "token", "bearer", "bearer-blank", "other", "empty"],
+)
+def test_a_header_that_proves_nothing(header):
+    """Only Basic with a known credential, in strict base64 (a character outside its alphabet
+    is not skipped), or Bearer with a known token, proves a role."""
+    assert (Role.NONE, None) == Credentials(SECURED).check(header)
+
+
+@pytest.mark.parametrize(
+    ("settings", "plane", "path"),
+    [
+        (  # admin passwords without tokens, with a peer credential listed after them
+            Settings(
+                client_credentials=(f"svc:{CLIENT_PW}",),
+                admin_credentials=(f"ops:{ADMIN_PW}",),
+                peer_credential=f"peer:{PEER_PW}",
+            ),
+            "admin",
+            "/eureka/overrides",
+        ),
+        (  # tokens as the only admin credential
+            Settings(client_credentials=(f"svc:{CLIENT_PW}",), admin_tokens=(TOKEN,)),
+            "admin",
+            "/eureka/overrides",
+        ),
+        (  # a peer credential beside client ones
+            Settings(client_credentials=(f"svc:{CLIENT_PW}",), peer_credential=f"peer:{PEER_PW}"),
+            "peer",
+            "/eureka/peerreplication/digest",
+        ),
+    ],
+    ids=["admin-passwords", "admin-tokens", "peer"],
+)
+async def test_a_plane_with_credentials_of_its_own_challenges(
+    aiohttp_client, clock, settings, plane, path
+):
+    """A plane is open to its credentials whichever other planes' are configured beside them:
+    a call without one is challenged (401), not refused as if the plane had none (403)."""
+    client = await aiohttp_client(create_app(settings, clock=clock))
+    response = await client.get(path)
+    assert (401, UNKNOWN) == (response.status, await response.json())
+    passing = {"admin": AS_BEARER if settings.admin_tokens else AS_ADMIN, "peer": AS_PEER}
+    assert 200 == (await client.get(path, headers=passing[plane])).status
+
+
+async def test_a_peer_signature_is_unknown_to_a_node_without_a_peer_credential(
+    aiohttp_client, clock
+):
+    """The signature is checked with the peer credential's key: with none, it proves nothing."""
+    settings = Settings(client_credentials=(f"svc:{CLIENT_PW}",))
+    client = await aiohttp_client(create_app(settings, clock=clock))
+    host = f"{client.host}:{client.port}"
+    authorization = sign(
+        peer_key(f"peer:{PEER_PW}"),
+        method="GET",
+        host=host,
+        target="/eureka/apps",
+        body=b"",
+        now_ms=clock.wall_ms(),
+    )
+    response = await client.get("/eureka/apps", headers={"Authorization": authorization})
+    challenges = response.headers.getall("WWW-Authenticate", [])
+    assert (401, [BASIC], UNKNOWN) == (response.status, challenges, await response.json())
 
 
 def test_a_utf8_password_is_matched_byte_for_byte():
     credentials = Credentials(Settings(client_credentials=("jürgen:pässword",)))
     header = "Basic " + base64.b64encode("jürgen:pässword".encode()).decode()
     assert (Role.CLIENT, "jürgen") == credentials.check(header)
+
+
+def test_the_user_name_ends_at_the_first_colon():
+    """As in HTTP Basic: the password may hold colons, the user name none."""
+    credentials = Credentials(Settings(client_credentials=("svc:a:b",)))
+    assert (Role.CLIENT, "svc") == credentials.check(basic("svc", "a:b")["Authorization"])
 
 
 async def test_a_client_cannot_set_an_override_through_a_registration(client):
@@ -309,15 +458,24 @@ async def test_a_browser_sending_for_another_site_changes_nothing(client, browse
         response = await client.request(
             method, path, data=BODY, headers={**_json(AS_ADMIN), **browser}
         )
-        assert (403, "cross_site") == (response.status, (await response.json())["error"])
+        detail = "a browser sent this on behalf of another site's page"
+        refused = {"error": "cross_site", "detail": detail}
+        assert (403, refused) == (response.status, await response.json())
     untouched(client)
-    assert 200 == (await client.get("/eureka/apps", headers={**AS_ADMIN, **browser})).status
+    for method in ("GET", "HEAD"):  # reads: a page of another site may embed them
+        response = await client.request(method, "/eureka/apps", headers={**AS_ADMIN, **browser})
+        assert 200 == response.status, method
 
 
 async def test_the_status_pages_own_calls_pass(client):
     origin = f"http://{client.server.host}:{client.server.port}"
     path = "/eureka/apps/ORDERS/i-1/status?value=OUT_OF_SERVICE"
-    for browser in ({"Sec-Fetch-Site": "same-origin"}, {"Origin": origin}):
+    for browser in (
+        {"Sec-Fetch-Site": "same-origin"},
+        {"Sec-Fetch-Site": "none"},  # typed in by the user
+        {"Sec-Fetch-Site": "same-origin", "Origin": "http://evil.example"},  # the first says
+        {"Origin": origin},
+    ):
         assert 200 == (await client.put(path, headers={**AS_ADMIN, **browser})).status
 
 
@@ -354,6 +512,15 @@ class TestCredentialsBoundToApplications:
         assert 204 == await self.call(client, "POST", "apps/BILLING", billing)
         assert 403 == await self.call(client, "POST", "apps/BILLING", orders)
         assert 403 == await self.call(client, "PUT", "apps/BILLING/billing-1", orders)
+        response = await client.delete("/eureka/apps/BILLING/billing-1", headers=orders)
+        detail = (
+            "the client credential 'orders' acts on instances of ORDERS, ORDERS-WORKER only, "
+            "not of BILLING (client_applications)"
+        )
+        assert (403, {"error": "forbidden", "detail": detail}) == (
+            response.status,
+            await response.json(),
+        )
         assert 403 == await self.call(client, "DELETE", "apps/BILLING/billing-1", orders)
         assert 200 == await self.call(client, "PUT", "apps/ORDERS/orders-1", orders)
         # Unbound: any application, as docs/operations.md says plainly; an admin: any too.
@@ -396,11 +563,41 @@ class TestCredentialsBoundToApplications:
         vips = await client.get("/eureka/vips/billing", headers=reader)
         assert [] == (await vips.json())["applications"]["application"]
 
+    @pytest.mark.parametrize(
+        ("fields", "field", "name"),
+        [
+            ({"vipAddress": "orders,Billing"}, "vipAddress", "Billing"),
+            (
+                {"vipAddress": "orders", "secureVipAddress": "billing"},
+                "secureVipAddress",
+                "billing",
+            ),
+        ],
+    )
+    async def test_a_refused_vip_address_is_named(self, client, fields, field, name):
+        """The refusal names the field, the names the credential gives, and the one refused
+        as it was sent."""
+        response = await client.post(
+            "/eureka/apps/ORDERS",
+            data=orjson.dumps({"instance": instance_doc("ORDERS", "orders-1", **fields)}),
+            headers={**basic("orders", "o-pw"), "Content-Type": "application/json"},
+        )
+        detail = (
+            f"{field}: the client credential 'orders' gives ORDERS, ORDERS-WORKER, "
+            f"ORDERS.INTERNAL only, not {name!r} (client_applications, client_vip_addresses)"
+        )
+        assert (403, {"error": "forbidden", "detail": detail}) == (
+            response.status,
+            await response.json(),
+        )
+
     async def test_a_bound_credential_gives_its_own_names_and_those_listed(self, client):
         orders = basic("orders", "o-pw")
         for fields in (
             {"vipAddress": "orders", "secureVipAddress": "ORDERS"},
             {"vipAddress": "orders-worker,Orders"},
+            {"vipAddress": "orders,,orders-worker,"},  # empty names give nothing
+            {"vipAddress": "orders", "secureVipAddress": ...},  # none given
             {"vipAddress": "orders.internal", "secureVipAddress": "orders.internal"},
         ):
             assert 204 == await self.register(client, "ORDERS", orders, **fields)
@@ -411,6 +608,19 @@ class TestCredentialsBoundToApplications:
         assert 204 == await self.register(
             client, "PAY", basic("ops", ADMIN_PW), vipAddress="billing"
         )
+
+    async def test_a_credential_bound_without_listed_names_gives_its_applications(
+        self, aiohttp_client, clock
+    ):
+        """client_vip_addresses need not list a bound credential: it gives its applications'
+        names alone."""
+        settings = Settings(
+            client_credentials=("orders:o-pw",), client_applications=("orders=ORDERS",)
+        )
+        client = await aiohttp_client(create_app(settings, clock=clock))
+        orders = basic("orders", "o-pw")
+        assert 204 == await self.register(client, "ORDERS", orders, vipAddress="orders")
+        assert 403 == await self.register(client, "ORDERS", orders, vipAddress="orders.internal")
 
     @pytest.mark.parametrize(
         ("entry", "says"),

@@ -7,6 +7,8 @@ import gzip
 import orjson
 import pytest
 
+from registry import Settings, create_app
+from tests.credentials import AS_ADMIN, SECURED
 from tests.helpers import JSON, fetch_json, instance_doc, register, registry_of
 
 REPLICATION = {"x-netflix-discovery-replication": "true"}
@@ -287,11 +289,37 @@ class TestLoopbackNames:
     """With no credentials configured, only loopback Host names are answered: a page of
     another site whose name resolves to 127.0.0.1 (DNS rebinding) reaches nothing."""
 
-    @pytest.mark.parametrize("host", ["evil.example", "evil.example:8761", "10.0.0.5:8761"])
+    @pytest.mark.parametrize(
+        "host", ["evil.example", "evil.example:8761", "10.0.0.5:8761", "[::2]:8761"]
+    )
     async def test_another_name_is_refused(self, client, host):
         response = await client.get("/eureka/apps", headers={"Host": host})
-        assert (403, "not_loopback") == (response.status, (await response.json())["error"])
+        detail = (
+            "with no credentials configured this node answers loopback names only "
+            f"(127.0.0.1, localhost), not {host!r}"
+        )
+        refused = {"error": "not_loopback", "detail": detail}
+        assert (403, refused) == (response.status, await response.json())
 
-    @pytest.mark.parametrize("host", ["localhost:8761", "127.0.0.1", "[::1]:8761", "127.0.0.2"])
+    @pytest.mark.parametrize(
+        "host",
+        ["localhost", "localhost:8761", "127.0.0.1", "[::1]:8761", "[::1]", "::1", "127.0.0.2"],
+    )
     async def test_loopback_names_are_answered(self, client, host):
         assert 200 == (await client.get("/eureka/apps", headers={"Host": host})).status
+
+    @pytest.mark.parametrize(
+        "settings",
+        [Settings(host="0.0.0.0", insecure_public_bind=True), SECURED],
+        ids=["insecure_public_bind", "secured"],
+    )
+    async def test_any_name_is_answered_where_the_node_is_meant_to_be_reached(
+        self, aiohttp_client, settings, clock
+    ):
+        """Bound to a public address on purpose, or guarded by credentials: a client may
+        reach the node by any name."""
+        client = await aiohttp_client(create_app(settings, clock=clock))
+        response = await client.get(
+            "/eureka/apps", headers={"Host": "registry.example", **AS_ADMIN}
+        )
+        assert 200 == response.status, await response.text()

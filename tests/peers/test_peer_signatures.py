@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator
 
 import orjson
 import pytest
-from aiohttp import web
+from aiohttp import ClientSession, web
 from aiohttp.test_utils import TestServer
 
 from peers.cluster import Cluster
@@ -107,10 +107,36 @@ class TestReceiver:
         """The body is not in the header: a captured signature with another body is
         refused where the body is read, before anything is made of it."""
         headers = signed(peer, clock, BATCH, method="POST", body=batch_of("i-1"))
-        status, answer = await call(peer, "POST", BATCH, headers, batch_of("i-2"))
-        assert (401, "unauthorized") == (status, answer["error"])
-        assert "body" in str(answer["detail"])
+        async with (
+            new_session(connect_timeout=1, read_timeout=5) as session,
+            session.post(peer.make_url(BATCH), headers=headers, data=batch_of("i-2")) as response,
+        ):
+            challenges = response.headers.getall("WWW-Authenticate")
+            answer = (response.status, challenges, orjson.loads(await response.read()))
+        detail = "the request's body is not the one its Registry-Peer signature names"
+        challenge = 'Registry-Peer realm="service-registry"'
+        assert (401, [challenge], {"error": "unauthorized", "detail": detail}) == answer
         assert not has(peer, "i-1") and not has(peer, "i-2")
+
+    async def test_a_signed_call_is_made_in_the_peer_credentials_user_name(
+        self, aiohttp_server: AiohttpServer, clock
+    ):
+        """A signature proves the peer credential, and names its user (up to the first colon:
+        the password may hold more): the status page a peer fetches says whom it is signed
+        in as."""
+        credential = "peer:pass:word"
+        settings = Settings.load(
+            None, {}, store=False, **{**_secrets(), "peer_credential": credential}
+        )
+        peer = await aiohttp_server(create_app(settings, clock=clock))
+        headers = signed(peer, clock, "/", credential=credential)
+        async with (
+            ClientSession() as session,
+            session.get(peer.make_url("/"), headers=headers) as response,
+        ):
+            page = await response.text()
+        assert 200 == response.status, page
+        assert "Signed in as <strong>peer</strong> (read only)" in page
 
     @pytest.mark.parametrize(
         ("change", "why"),
@@ -154,6 +180,13 @@ class TestReceiver:
     async def test_a_malformed_signature_is_a_401(self, peer, value: str):
         status, answer = await call(peer, "GET", DIGEST, {"Authorization": value})
         assert (401, "unauthorized") == (status, answer["error"])
+
+    async def test_a_signature_after_more_than_one_space_is_read_as_one(self, peer, clock):
+        """The scheme is the header's first word: what follows it is the signature."""
+        headers = signed(peer, clock, DIGEST)
+        scheme, _, value = headers["Authorization"].partition(" ")
+        headers["Authorization"] = f"{scheme}  {value}"
+        assert 200 == (await call(peer, "GET", DIGEST, headers))[0]
 
     async def test_basic_still_passes_as_stock_eureka_servers_send_it(self, peer):
         assert 200 == (await call(peer, "GET", DIGEST, AS_PEER))[0]
