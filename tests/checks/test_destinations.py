@@ -110,12 +110,23 @@ class TestDestinations:
         assert "10.9.8.7" in own_addresses("10.9.8.7")
 
     def test_own_addresses_are_every_interfaces_ip_addresses_and_the_names(self, monkeypatch):
+        """The machine's name and its fully qualified name each resolve (here, as a resolver
+        of a NAT'd machine would answer) to an address no interface has."""
         interfaces = psutil.net_if_addrs().values()
         ip = {a.address for a in chain(*interfaces) if a.family in (AF_INET, AF_INET6)}
         others = {a.address for a in chain(*interfaces) if a.family not in (AF_INET, AF_INET6)}
-        monkeypatch.setattr(socket, "getaddrinfo", lambda *_: [(0, 0, 0, "", ("203.0.113.9", 0))])
+        names = {"orders-7": "203.0.113.9", "orders-7.example.com": "2001:db8::9"}
+
+        def resolve(name: str, port: None) -> list[tuple[object, ...]]:
+            if name not in names or port is not None:
+                raise socket.gaierror(f"no such name: {name}")
+            return [(AF_INET6, 1, 6, "", (names[name], 0, 0, 0))]
+
+        monkeypatch.setattr(socket, "gethostname", lambda: "orders-7")
+        monkeypatch.setattr(socket, "getfqdn", lambda: "orders-7.example.com")
+        monkeypatch.setattr(socket, "getaddrinfo", resolve)
         found = own_addresses("10.9.8.7")
-        assert ip | {"10.9.8.7", "203.0.113.9"} == found
+        assert ip | {"10.9.8.7", *names.values()} == found
         assert not others & found  # no hardware (AF_PACKET, AF_LINK) addresses
 
     def test_own_addresses_without_a_resolvable_name_are_the_interfaces(self, monkeypatch):

@@ -189,6 +189,11 @@ class TestHttpUrl:
                 "'http://8.8.8.8:8080/' names '8.8.8.8', not this instance (8.8.4.4 or "
                 "orders.example.com): a check goes to the instance itself only",
             ),
+            (
+                "http:///health",
+                "'http:///health' names '', not this instance (8.8.4.4 or orders.example.com): a "
+                "check goes to the instance itself only",
+            ),
             ("http://8.8.4.4:99999/", "'http://8.8.4.4:99999/' has an invalid port"),
             (
                 "http://8.8.4.4:9090/",
@@ -204,6 +209,14 @@ class TestHttpUrl:
     )
     def test_a_url_aimed_elsewhere_is_refused(self, url, detail):
         assert ("healthCheckUrl", detail) == refusal(metadata=asks(), healthCheckUrl=url)
+
+    def test_the_urls_port_must_be_enabled(self):
+        assert ("port", "the check needs this instance's port enabled") == refusal(
+            metadata=asks(),
+            port={"$": 8080, "@enabled": "false"},
+            securePort={"$": 8443, "@enabled": "true"},
+            healthCheckUrl="http://8.8.4.4:8080/",
+        )
 
     def test_the_default_ports_are_80_and_443(self):
         plain = spec_of(
@@ -278,7 +291,14 @@ class TestAdminsCheck:
 
 class TestPublicName:
     @pytest.mark.parametrize(
-        "name", ["Orders.Example.COM", "a.b.io.", f"{'a' * 63}.example.com", "x-1.example.com"]
+        "name",
+        [
+            "example.com",
+            "Orders.Example.COM",
+            "a.b.io.",
+            f"{'a' * 63}.example.com",
+            "x-1.example.com",
+        ],
     )
     def test_a_public_name(self, name):
         assert public_name(name)
