@@ -4,10 +4,21 @@ instances one credential may have checked (registry/checks/quota.py): the pure p
 
 from __future__ import annotations
 
+import ipaddress
+import socket
+from itertools import chain
+from socket import AF_INET, AF_INET6
+
+import psutil
 import pytest
 
 from registry import Settings
-from registry.checks.destinations import Destinations, own_addresses
+from registry.checks.destinations import (
+    Destinations,
+    OutsideNetworks,
+    own_addresses,
+    unwrapped,
+)
 from registry.checks.pacing import AddressSlots, node_bucket
 from registry.checks.quota import CheckQuota
 from registry.checks.spec import check_spec, public_name
@@ -97,6 +108,127 @@ class TestDestinations:
 
     def test_own_addresses_name_the_address_it_listens_on(self):
         assert "10.9.8.7" in own_addresses("10.9.8.7")
+
+    def test_own_addresses_are_every_interfaces_ip_addresses_and_the_names(self, monkeypatch):
+        """The machine's name and its fully qualified name each resolve (here, as a resolver
+        of a NAT'd machine would answer) to an address no interface has."""
+        interfaces = psutil.net_if_addrs().values()
+        ip = {a.address for a in chain(*interfaces) if a.family in (AF_INET, AF_INET6)}
+        others = {a.address for a in chain(*interfaces) if a.family not in (AF_INET, AF_INET6)}
+        names = {"orders-7": "203.0.113.9", "orders-7.example.com": "2001:db8::9"}
+
+        def resolve(name: str, port: None) -> list[tuple[object, ...]]:
+            if name not in names or port is not None:
+                raise socket.gaierror(f"no such name: {name}")
+            return [(AF_INET6, 1, 6, "", (names[name], 0, 0, 0))]
+
+        monkeypatch.setattr(socket, "gethostname", lambda: "orders-7")
+        monkeypatch.setattr(socket, "getfqdn", lambda: "orders-7.example.com")
+        monkeypatch.setattr(socket, "getaddrinfo", resolve)
+        found = own_addresses("10.9.8.7")
+        assert ip | {"10.9.8.7", *names.values()} == found
+        assert not others & found  # no hardware (AF_PACKET, AF_LINK) addresses
+
+    def test_own_addresses_without_a_resolvable_name_are_the_interfaces(self, monkeypatch):
+        def unresolved(*_: object) -> list[object]:
+            raise socket.gaierror("no such name")
+
+        monkeypatch.setattr(socket, "getaddrinfo", unresolved)
+        assert "10.9.8.7" in own_addresses("10.9.8.7")
+
+    def test_the_networks_may_be_written_with_host_bits(self):
+        listed = Destinations(Settings(health_check_networks=("10.1.2.3/8",)))
+        assert "10.200.0.1" == listed.address("10.200.0.1", client=True)
+
+    def test_own_addresses_are_learned_past_what_is_no_address_and_added_up(self):
+        destinations = Destinations(Settings(), own=["eth0", "fe80::1%eth0", "10.1.2.3"])
+        destinations.know_own(["not-one", "::ffff:10.1.2.4"])
+        assert {
+            ipaddress.ip_address(a) for a in ("fe80::1", "10.1.2.3", "10.1.2.4")
+        } == destinations.own
+
+    def test_what_is_no_address_is_refused_quoted_and_cut(self):
+        with pytest.raises(BadInput) as refused:
+            Destinations(Settings()).address("orders-" + "x" * 100, client=True)
+        assert (
+            "ipAddr",
+            f"{('orders-' + 'x' * 57)!r} is not an address: a checked instance is checked there",
+        ) == (refused.value.field, refused.value.detail)
+
+    @pytest.mark.parametrize(
+        ("address", "client", "refused", "detail"),
+        [
+            (
+                "10.0.0.5",
+                True,
+                OutsideNetworks,
+                "10.0.0.5 is not a public address, nor in health_check_networks (the networks "
+                "instances live in, which the operator lists): not checked from the registry",
+            ),
+            (
+                "::ffff:169.254.169.254",
+                False,
+                BadInput,
+                "::ffff:169.254.169.254 is a cloud metadata address: not checked from the registry",
+            ),
+            (
+                "::1",
+                True,
+                BadInput,
+                "::1 is a loopback or link-local address (health_check_loopback allows them): "
+                "not checked from the registry",
+            ),
+            (
+                "10.1.2.3",
+                False,
+                BadInput,
+                "10.1.2.3 is an address of this registry node: not checked from the registry",
+            ),
+            (
+                "240.0.0.1",
+                False,
+                BadInput,
+                "240.0.0.1 is a reserved address: not checked from the registry",
+            ),
+            (
+                "224.0.0.1",
+                False,
+                BadInput,
+                "224.0.0.1 is a multicast or broadcast address: not checked from the registry",
+            ),
+            (
+                "::",
+                False,
+                BadInput,
+                ":: is an unspecified address (0.0.0.0/8, ::): not checked from the registry",
+            ),
+        ],
+    )
+    def test_each_refusal_in_full(self, address, client, refused, detail):
+        """What the client reads in the 400 (or the registration's header, when outside the
+        networks: that one alone registers the instance unchecked)."""
+        with pytest.raises(BadInput) as raised:
+            Destinations(Settings(), own=["10.1.2.3"]).address(address, client=client)
+        assert (refused, "ipAddr", detail) == (
+            type(raised.value),
+            raised.value.field,
+            raised.value.detail,
+        )
+
+    @pytest.mark.parametrize(
+        ("written", "checked"),
+        [
+            ("8.8.4.4", "8.8.4.4"),
+            ("::ffff:8.8.4.4", "8.8.4.4"),
+            ("2002:808:404::1", "8.8.4.4"),  # 6to4
+            ("2001:0:4136:e378:8000:63bf:f7f7:fbfb", "8.8.4.4"),  # Teredo, its client
+            ("64:ff9b::808:404", "8.8.4.4"),  # NAT64
+            ("2001:4860:4860::8888", "2001:4860:4860::8888"),
+        ],
+    )
+    def test_an_ipv4_address_in_ipv6_is_checked_as_itself(self, written, checked):
+        assert checked == Destinations(Settings()).address(written, client=True)
+        assert ipaddress.ip_address(checked) == unwrapped(ipaddress.ip_address(written))
 
 
 class TestHostHeader:
