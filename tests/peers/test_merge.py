@@ -395,9 +395,10 @@ async def test_a_large_copy_gives_the_loop_a_turn_every_chunk():
         return turns
 
     chunk = merge._CHUNK
-    assert [0, 0, 2] == [
+    assert [0, 0, 0, 2] == [
         await turns_during(chunk - 1, 0),
         await turns_during(0, chunk - 1),
+        await turns_during(chunk // 2 - 1, chunk // 2),
         await turns_during(chunk, chunk),
     ]
 
