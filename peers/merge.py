@@ -39,9 +39,8 @@ def applications(document: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     """The application objects of a `GET apps` document (or of a `GET apps/{app}` one)."""
     if "application" in document and isinstance(document["application"], Mapping):
         return [document["application"]]  # a single application
-    apps = document.get("applications", {})
-    found = apps.get("application", []) if isinstance(apps, Mapping) else []
-    return as_list(found)
+    apps = document.get("applications")  # absent: None, which lists nothing
+    return as_list(apps.get("application")) if isinstance(apps, Mapping) else []
 
 
 def removals(document: Mapping[str, Any]) -> list[Tombstone]:
@@ -82,7 +81,7 @@ async def merge(
             await asyncio.sleep(0)
         adopted += registry.bury(removal, now_ms=now_ms)
     for app in apps:
-        for doc in as_list(app.get("instance", [])):
+        for doc in as_list(app.get("instance")):
             seen += 1
             if seen % _CHUNK == 0:
                 await asyncio.sleep(0)

@@ -101,8 +101,9 @@ class OverrideNotes:
             del self._removed[iid]
         return len(old)
 
-    def of(self, instance_id: str, status: InstanceStatus) -> Note | None:
-        """The note for the override `status` now in force on `instance_id`, if it has one."""
+    def of(self, instance_id: str, status: InstanceStatus | None) -> Note | None:
+        """The note for the override `status` now in force on `instance_id`, if it has one
+        (none where no override is in force: `status` None)."""
         note = self._notes.get(instance_id)
         return note if note is not None and note.status is status else None
 
@@ -171,8 +172,7 @@ class Overrides(Mapping[str, InstanceStatus]):
 
     def note_of(self, instance_id: str) -> Note | None:
         """The note of the override in force on `instance_id`, if it has one."""
-        status = self._status.get(instance_id)
-        return None if status is None else self.notes.of(instance_id, status)
+        return self.notes.of(instance_id, self._status.get(instance_id))
 
     def older_than(self, instance_id: str, at_ms: int, status: InstanceStatus | None) -> bool:
         """Whether this node's last word on the instance's override (set, or removed) is
@@ -286,7 +286,7 @@ class Overrides(Mapping[str, InstanceStatus]):
     ) -> None:
         """Tell the listeners what the override of `instance_id` (and its note) now is."""
         status = self._status.get(instance_id)
-        note = None if status is None else self.notes.of(instance_id, status)
+        note = self.notes.of(instance_id, status)
         change = OverrideChange(action, app, instance_id, status, at_ms, note, by)
         for listener in self._listeners:
             listener(change)
