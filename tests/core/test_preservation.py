@@ -68,6 +68,9 @@ def test_the_threshold_is_int_of_the_expectation_times_085(expected: int, thresh
         (18, 16, False),
         (18, 18, False),  # R == T holds eviction
         (0, 0, True),  # nothing is expected: nothing to hold for (Eureka holds)
+        (1, 0, False),  # one renewal expected in a small registry still holds at none
+        (1, 1, False),
+        (1, 2, True),
     ],
 )
 def test_eviction_needs_renewals_above_the_threshold(
@@ -211,6 +214,32 @@ class TestWeight:
         renew_every(registry, "i-1", every_ms=30 * S, start=T0 + 600 * S, end=T0 + 700 * S)
         assert 2.0 == weight(lease, W)
         assert not renews_recently(lease, T0 + 781 * S)  # three intervals after its last
+
+    def test_a_forgotten_copy_is_measured_from_its_renewals_not_weighed_as_a_copy(self):
+        """Restored from the store and silent through a lasting drop, then back: it is no
+        longer a copy weighing its claim, but a lease counted from its next renewal."""
+        registry = Registry()
+        registry.load([make("i-1")], now_ms=T0, renewals=[T0 - 10 * S])
+        lease = lease_of(registry, "i-1")
+        forget(lease)
+        registry.renew("ORDERS", "i-1", T0 + 900 * S)
+        assert (0.0, False) == (weight(lease, W), lease.carried)
+        renew_every(registry, "i-1", every_ms=30 * S, start=T0 + 930 * S, end=T0 + 1000 * S)
+        assert 2.0 == weight(lease, W)
+
+
+class TestRenewsRecently:
+    @pytest.mark.parametrize(
+        ("interval", "since_ms", "renewing"),
+        [(30, 90 * S, True), (30, 90 * S + 1, False), (1, 3 * S, True), (1, 3 * S + 1, False)],
+    )
+    def test_a_lease_is_renewing_up_to_three_of_its_intervals_after_its_last_renewal(
+        self, interval: int, since_ms: int, renewing: bool
+    ):
+        registry = Registry()
+        registered(registry, "i-1", interval=interval, duration=3 * interval)
+        registry.renew("ORDERS", "i-1", T0 + S)
+        assert renewing is renews_recently(lease_of(registry, "i-1"), T0 + S + since_ms)
 
 
 class TestWindowCount:
@@ -402,8 +431,16 @@ class TestExpiryAndRecount:
         half_silent(sp)
         sp.evicted(2.0)
         sp.recount()
-        assert (38.0, 0.0) == (sp.expected_per_minute, sp.departed)
-        assert sp.last_recount.startswith("accepted 19 leases weighing 38.0 renewals a minute")
+        assert (38.0, 0.0, 19, 0) == (
+            sp.expected_per_minute,
+            sp.departed,
+            sp.expected_clients,
+            sp.departed_clients,
+        )
+        assert (
+            "accepted 19 leases weighing 38.0 renewals a minute (1 evicted since the last)"
+            == sp.last_recount
+        )
 
     def test_a_recount_with_nothing_evicted_accepts(self):
         sp = SelfPreservation()
@@ -428,7 +465,23 @@ class TestExpiryAndRecount:
         sp.evicted(2.0)
         sp.lasting_drop(now=1000, silent=9, silent_weight=18.0)
         assert (20.0, 10, 0.0) == (sp.expected_per_minute, sp.expected_clients, sp.departed)
-        assert sp.last_recount.startswith("accepted a lasting drop to 10 renewing leases")
+        assert (
+            "accepted a lasting drop to 10 renewing leases (eviction had been held for 15 min)"
+            == sp.last_recount
+        )
+
+    def test_a_lasting_drop_of_every_lease_leaves_nothing_expected(self):
+        """Every lease silent for the whole recount interval (a scale-down to nothing):
+        nothing weighs, and the next registrations are not held against their absence."""
+        sp = SelfPreservation(recount_interval=900)
+        half_silent(sp)
+        sp.note(sp.judge(20), now=100)
+        sp.lasting_drop(now=1900, silent=20, silent_weight=40.0)
+        assert (0.0, 0, 0) == (sp.expected_per_minute, sp.expected_clients, sp.threshold)
+        assert (
+            "accepted a lasting drop to 0 renewing leases (eviction had been held for 30 min)"
+            == sp.last_recount
+        )
 
     def test_eurekas_way_never_needs_the_live_count(self):
         sp = SelfPreservation(recount_interval=900, accept_lasting_drop=False)
