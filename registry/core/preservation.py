@@ -221,8 +221,10 @@ class SelfPreservation:
     def lasting_drop(self, *, now: float, silent: int, silent_weight: float) -> None:
         """Eviction has been held for a whole recount interval: the drop is a scale-down. The
         caller has made the `silent` leases (not renewing recently) stop weighing (`forget`);
-        the departed stop weighing too."""
-        held_for = 0.0 if self.paused_since is None else now - self.paused_since
+        the departed stop weighing too. Called only while eviction is held
+        (`needs_live_count`), under the eviction task's lock, so `paused_since` is set."""
+        assert self.paused_since is not None
+        held_for = now - self.paused_since
         self.expected_live = max(0.0, self.expected_live - silent_weight)
         self.clients = max(0, self.clients - silent)
         self.departed, self.departed_clients = 0.0, 0

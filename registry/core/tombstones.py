@@ -43,10 +43,9 @@ class Tombstone:
 
 
 def copy_wins(dirty_ms: int, renewed_ms: int, removal: Tombstone, margin_ms: int) -> bool:
-    """Whether a copy (its lastDirtyTimestamp, its last renewal) wins over `removal`."""
-    if dirty_ms != removal.dirty_ms:
-        return dirty_ms > removal.dirty_ms
-    return renewed_ms > removal.at_ms + margin_ms
+    """Whether a copy (its lastDirtyTimestamp, its last renewal) wins over `removal`: a
+    different lastDirtyTimestamp decides, the same one leaves it to the renewal's time."""
+    return (dirty_ms, renewed_ms) > (removal.dirty_ms, removal.at_ms + margin_ms)
 
 
 def newer(a: Tombstone, b: Tombstone) -> Tombstone:
@@ -58,7 +57,7 @@ def newer(a: Tombstone, b: Tombstone) -> Tombstone:
 class Tombstones:
     """The removals remembered, by application and instance id, purged at their retention."""
 
-    def __init__(self, *, retention_ms: int, margin_ms: int = 10_000) -> None:
+    def __init__(self, *, retention_ms: int, margin_ms: int) -> None:
         self.retention_ms = retention_ms
         self.margin_ms = margin_ms  # see the rule in the module's docstring
         self._apps: dict[str, dict[str, Tombstone]] = {}

@@ -9,8 +9,10 @@ from registry.core.model import Lease
 from registry.core.preservation import (
     SelfPreservation,
     Tally,
+    Verdict,
     expiration_enabled,
     forget,
+    interval_of,
     recount_accepted,
     renewal_threshold,
     renews_recently,
@@ -68,6 +70,9 @@ def test_the_threshold_is_int_of_the_expectation_times_085(expected: int, thresh
         (18, 16, False),
         (18, 18, False),  # R == T holds eviction
         (0, 0, True),  # nothing is expected: nothing to hold for (Eureka holds)
+        (1, 0, False),  # one renewal expected in a small registry still holds at none
+        (1, 1, False),
+        (1, 2, True),
     ],
 )
 def test_eviction_needs_renewals_above_the_threshold(
@@ -211,6 +216,32 @@ class TestWeight:
         renew_every(registry, "i-1", every_ms=30 * S, start=T0 + 600 * S, end=T0 + 700 * S)
         assert 2.0 == weight(lease, W)
         assert not renews_recently(lease, T0 + 781 * S)  # three intervals after its last
+
+    def test_a_forgotten_copy_is_measured_from_its_renewals_not_weighed_as_a_copy(self):
+        """Restored from the store and silent through a lasting drop, then back: it is no
+        longer a copy weighing its claim, but a lease counted from its next renewal."""
+        registry = Registry()
+        registry.load([make("i-1")], now_ms=T0, renewals=[T0 - 10 * S])
+        lease = lease_of(registry, "i-1")
+        forget(lease)
+        registry.renew("ORDERS", "i-1", T0 + 900 * S)
+        assert (0.0, False) == (weight(lease, W), lease.carried)
+        renew_every(registry, "i-1", every_ms=30 * S, start=T0 + 930 * S, end=T0 + 1000 * S)
+        assert 2.0 == weight(lease, W)
+
+
+class TestRenewsRecently:
+    @pytest.mark.parametrize(
+        ("interval", "since_ms", "renewing"),
+        [(30, 90 * S, True), (30, 90 * S + 1, False), (1, 3 * S, True), (1, 3 * S + 1, False)],
+    )
+    def test_a_lease_is_renewing_up_to_three_of_its_intervals_after_its_last_renewal(
+        self, interval: int, since_ms: int, renewing: bool
+    ):
+        registry = Registry()
+        registered(registry, "i-1", interval=interval, duration=3 * interval)
+        registry.renew("ORDERS", "i-1", T0 + S)
+        assert renewing is renews_recently(lease_of(registry, "i-1"), T0 + S + since_ms)
 
 
 class TestWindowCount:
@@ -402,8 +433,16 @@ class TestExpiryAndRecount:
         half_silent(sp)
         sp.evicted(2.0)
         sp.recount()
-        assert (38.0, 0.0) == (sp.expected_per_minute, sp.departed)
-        assert sp.last_recount.startswith("accepted 19 leases weighing 38.0 renewals a minute")
+        assert (38.0, 0.0, 19, 0) == (
+            sp.expected_per_minute,
+            sp.departed,
+            sp.expected_clients,
+            sp.departed_clients,
+        )
+        assert (
+            "accepted 19 leases weighing 38.0 renewals a minute (1 evicted since the last)"
+            == sp.last_recount
+        )
 
     def test_a_recount_with_nothing_evicted_accepts(self):
         sp = SelfPreservation()
@@ -428,7 +467,23 @@ class TestExpiryAndRecount:
         sp.evicted(2.0)
         sp.lasting_drop(now=1000, silent=9, silent_weight=18.0)
         assert (20.0, 10, 0.0) == (sp.expected_per_minute, sp.expected_clients, sp.departed)
-        assert sp.last_recount.startswith("accepted a lasting drop to 10 renewing leases")
+        assert (
+            "accepted a lasting drop to 10 renewing leases (eviction had been held for 15 min)"
+            == sp.last_recount
+        )
+
+    def test_a_lasting_drop_of_every_lease_leaves_nothing_expected(self):
+        """Every lease silent for the whole recount interval (a scale-down to nothing):
+        nothing weighs, and the next registrations are not held against their absence."""
+        sp = SelfPreservation(recount_interval=900)
+        half_silent(sp)
+        sp.note(sp.judge(20), now=100)
+        sp.lasting_drop(now=1900, silent=20, silent_weight=40.0)
+        assert (0.0, 0, 0) == (sp.expected_per_minute, sp.expected_clients, sp.threshold)
+        assert (
+            "accepted a lasting drop to 0 renewing leases (eviction had been held for 30 min)"
+            == sp.last_recount
+        )
 
     def test_eurekas_way_never_needs_the_live_count(self):
         sp = SelfPreservation(recount_interval=900, accept_lasting_drop=False)
@@ -498,3 +553,243 @@ class TestPeersEvictions:
         assert not lease.is_expired(T0 + S)
         registry.bury(Tombstone("ORDERS", "i-1", T0, T0 - 200 * S, expired=True), now_ms=T0 + S)
         assert lease.is_expired(T0 + S)
+
+
+class TestWhatItSays:
+    """The verdicts' reasons and `status()` as GET status and the logs show them, word for
+    word: an operator reads them to learn why eviction is held."""
+
+    def test_a_held_registry_reports_every_input(self):
+        sp = SelfPreservation()
+        half_silent(sp)
+        sp.found_expired(3, 6.0, 1)
+        sp.evicted(2.0)
+        sp.note(sp.judge(20), now=100)
+        assert {
+            "enabled": True,
+            "evicting": False,
+            "reason": sp.judge(20).reason,
+            "registry-size": 20,
+            "min-instances": 10,
+            "expected-clients": 20,
+            "expected-renews-per-minute": 40.0,
+            "departed-clients": 1,
+            "departed-renews-per-minute": 2.0,
+            "renews-threshold": 34,
+            "renews-last-minute": 20,
+            "renewal-percent-threshold": 0.85,
+            "expired": 3,
+            "expired-held": 2,
+            "expired-on-peers": 1,
+            "held-for-seconds": 61,
+            "last-recount": "none yet",
+        } == sp.status(20, now=160.6)
+        sp.note(Verdict(True, "renewing again"), now=170)
+        assert None is sp.status(20, now=180)["held-for-seconds"]
+
+    def test_renewals_at_the_threshold_say_why_and_when_eviction_resumes(self):
+        sp = SelfPreservation()
+        half_silent(sp)
+        assert (
+            "20 renewals in the last minute, not above the threshold of 34 (0.85 of the 40.0 "
+            "expected from 20 leases): many leases stopped renewing at once, which looks like "
+            "a network failure rather than instances dying. Eviction resumes when renewals "
+            "recover, or at a recount once the drop has lasted 15 min"
+        ) == sp.judge(20).reason
+        eurekas = SelfPreservation(accept_lasting_drop=False)
+        half_silent(eurekas)
+        assert eurekas.judge(20).reason.endswith(
+            "instances dying. Eviction resumes when renewals recover"
+        )
+
+    def test_a_mass_expiry_says_what_it_weighs(self):
+        sp = SelfPreservation()
+        half_silent(sp, interval=1)
+        sp.end_window(_counted_like_before(sp))
+        sp.evicted(60.0)
+        sp.found_expired(10, 600.0, 0)
+        assert (
+            "10 leases have expired and 1 were evicted since the last accepted recount: they "
+            "weigh 660.0 of the 1200.0 renewals a minute expected, 15 % or more, which looks "
+            "like a network failure rather than instances dying. Eviction resumes when "
+            "renewals recover, or at a recount once the drop has lasted 15 min"
+        ) == sp.judge(20).reason
+
+    def test_an_evicting_verdict_gives_the_count_and_the_threshold(self):
+        sp = SelfPreservation()
+        registry = half_silent(sp)
+        for n in range(20):
+            start = T0 + 6 * W
+            renew_every(registry, f"i-{n}", every_ms=30 * S, start=start, end=start + W)
+        tally(sp, registry)
+        verdict = sp.judge(20)
+        assert (True, True) == (verdict.evict, verdict.guarding)
+        assert (40, 32) == (sp.renewals_last_minute, sp.threshold)  # the silent half weighs less
+        assert "40 renewals in the last minute, above the threshold of 32" == verdict.reason
+
+    @pytest.mark.parametrize(
+        ("size", "reason"),
+        [
+            (1, "1 instance registered, fewer than the 10 where self-preservation applies"),
+            (9, "9 instances registered, fewer than the 10 where self-preservation applies"),
+        ],
+    )
+    def test_below_the_minimum_the_reason_counts_the_instances(self, size: int, reason: str):
+        assert (True, reason) == (
+            SelfPreservation().judge(size).evict,
+            SelfPreservation().judge(size).reason,
+        )
+
+    def test_at_the_minimum_self_preservation_applies(self):
+        verdict = SelfPreservation().judge(10)
+        assert (False, True) == (verdict.evict, verdict.guarding)
+
+    def test_disabled_does_not_guard(self):
+        verdict = SelfPreservation(enabled=False).judge(20)
+        assert (True, False) == (verdict.evict, verdict.guarding)
+
+    def test_a_shortened_window_is_named_in_seconds(self):
+        sp = SelfPreservation(window=10, recount_interval=90)
+        counted = sp.tally()
+        counted.expected, counted.clients, counted.renewals = 40.0, 20, 20
+        sp.end_window(counted)
+        assert sp.judge(20).reason.startswith("20 renewals in the last 10 s, not above")
+        assert sp.judge(20).reason.endswith("once the drop has lasted 1.5 min")
+        sp.recount()
+        assert "accepted 20 leases weighing 40.0 renewals a 10 s" == sp.last_recount
+
+
+class TestTheAllowance:
+    """What has expired, with what was evicted, may weigh less than `1 - p` of `E`."""
+
+    @staticmethod
+    def counted(percent: float) -> SelfPreservation:
+        sp = SelfPreservation(percent=percent)
+        half_silent(sp)  # 40 expected
+        sp.end_window(_counted_like_before(sp))
+        return sp
+
+    def test_exactly_the_allowance_holds_and_less_evicts(self):
+        sp = self.counted(0.75)  # an allowance of 10.0, exact in binary
+        sp.evicted(2.0)
+        sp.found_expired(4, 8.0, 0)
+        assert (10.0, False) == (sp.allowance, sp.judge(20).evict)
+        sp.found_expired(4, 7.5, 0)
+        assert sp.judge(20).evict
+
+    def test_evictions_alone_never_hold(self):
+        """Nothing expired now: what was evicted before is the recount's to judge."""
+        sp = self.counted(0.75)
+        for _ in range(6):
+            sp.evicted(2.0)
+        sp.found_expired(0, 0.0, 0)
+        assert sp.judge(20).evict
+
+
+class TestBookkeeping:
+    def test_a_lease_that_weighed_nothing_departs_as_nothing(self):
+        sp = SelfPreservation()
+        half_silent(sp)
+        sp.found_expired(2, 2.0, 0)
+        sp.evicted(0.0)
+        assert (40.0, 20, 0, 1) == (
+            sp.expected_per_minute,
+            sp.expected_clients,
+            sp.departed_clients,
+            sp.expired_held,
+        )
+        sp.evicted(0.0)
+        sp.evicted(0.0)
+        assert 0 == sp.expired_held
+
+    def test_evictions_never_drive_the_counts_below_nothing(self):
+        sp = SelfPreservation()
+        sp.evicted(3.0)
+        assert (0.0, 0, 3.0, 1) == (sp.expected_live, sp.clients, sp.departed, sp.departed_clients)
+
+    def test_each_window_is_kept_for_the_chart_with_its_threshold(self):
+        sp = SelfPreservation()
+        half_silent(sp)
+        assert [*[(40, 34)] * 5, (20, 34)] == list(sp.history)
+
+    def test_the_chart_keeps_the_last_half_hour(self):
+        sp = SelfPreservation()
+        for renewals in range(35):
+            counted = sp.tally()
+            counted.renewals = renewals
+            sp.end_window(counted)
+        assert list(range(5, 35)) == [renewals for renewals, _ in sp.history]
+
+    def test_note_says_when_the_verdict_changes(self):
+        sp = SelfPreservation()
+        held, evicting = Verdict(False, "held"), Verdict(True, "evicting")
+        assert [True, False, True, False] == [
+            sp.note(held, now=10),
+            sp.note(held, now=20),
+            sp.note(evicting, now=30),
+            sp.note(evicting, now=40),
+        ]
+        assert None is sp.paused_since
+        sp.note(held, now=50)
+        assert 50 == sp.paused_since
+
+    def test_disabled_never_needs_the_live_count(self):
+        sp = SelfPreservation(enabled=False, recount_interval=900)
+        sp.note(Verdict(False, "held"), now=0)
+        assert not sp.needs_live_count(now=10_000)
+
+    def test_a_disabled_recount_accepts_whatever_departed(self):
+        sp = SelfPreservation(enabled=False)
+        half_silent(sp)
+        for _ in range(10):
+            sp.evicted(2.0)
+        sp.recount()
+        assert (20.0, 0) == (sp.expected_per_minute, sp.departed_clients)
+
+
+class TestMeasures:
+    def test_a_lease_claiming_no_interval_is_taken_at_eurekas_30_s(self):
+        registry = Registry()
+        registry.load([make("i-1", renewal_interval_secs=0)], now_ms=T0, renewals=[T0 - S])
+        assert (30.0, 2.0) == (
+            interval_of(lease_of(registry, "i-1").instance),
+            weight(lease_of(registry, "i-1"), W),
+        )
+
+    @pytest.mark.parametrize(("last_ms", "weighs"), [(W - 1, 60.0), (W, 2.0)])
+    def test_a_copy_is_measured_once_it_has_renewed_here_for_a_whole_window(
+        self, last_ms: int, weighs: float
+    ):
+        """Claiming a renewal a second, a restored lease renews twice in its first window:
+        its claim until the window is full, then the two it sent."""
+        registry = Registry()
+        instance = make("i-1", renewal_interval_secs=1, duration_secs=90)
+        registry.load([instance], now_ms=T0, renewals=[T0 - S])
+        registry.renew("ORDERS", "i-1", T0 + 10 * S)
+        registry.renew("ORDERS", "i-1", T0 + last_ms)
+        assert weighs == weight(lease_of(registry, "i-1"), W)
+
+    @pytest.mark.parametrize(("stretch_ms", "split"), [(450 * S - 1, False), (450 * S, True)])
+    def test_a_stretch_of_half_the_horizon_becomes_the_earlier_one(
+        self, stretch_ms: int, split: bool
+    ):
+        """With the default 15 min horizon: a lease counted from its registration becomes
+        measured over its last stretch once it has renewed for 7.5 min."""
+        registry = Registry()
+        registered(registry, "i-1")
+        renew_every(registry, "i-1", every_ms=30 * S, start=T0 + 30 * S, end=T0 + 420 * S)
+        registry.renew("ORDERS", "i-1", T0 + stretch_ms)
+        lease = lease_of(registry, "i-1")
+        SelfPreservation().tally().add(lease)
+        assert split == (lease.counted_from_ms == T0 + stretch_ms)
+        assert (14 if split else 0, stretch_ms if split else 0) == (
+            lease.earlier_renewals,
+            lease.earlier_ms,
+        )
+
+    def test_the_horizon_is_a_recount_interval_and_two_windows_at_least(self):
+        assert (900 * S, 120 * S, 20 * S) == (
+            SelfPreservation().horizon_ms,
+            SelfPreservation(recount_interval=60).horizon_ms,
+            SelfPreservation(window=10, recount_interval=5).horizon_ms,
+        )

@@ -38,7 +38,7 @@ class TestRule:
 
 class TestTombstones:
     def test_the_removal_that_says_more_is_kept(self):
-        held = Tombstones(retention_ms=HOUR)
+        held = Tombstones(retention_ms=HOUR, margin_ms=MARGIN)
         held.put(removal(dirty=T0 + 5, at=T0 + 1))
         assert removal(dirty=T0 + 5, at=T0 + 1) == held.put(removal(dirty=T0, at=T0 + 9))
         assert removal(dirty=T0 + 5, at=T0 + 9) == held.put(removal(dirty=T0 + 5, at=T0 + 9))
@@ -47,7 +47,7 @@ class TestTombstones:
     def test_purged_at_their_retention_not_before(self):
         """Each removal goes a retention after its time; one replaced by a later removal of
         the same instance stays as long as the later one."""
-        held = Tombstones(retention_ms=HOUR)
+        held = Tombstones(retention_ms=HOUR, margin_ms=MARGIN)
         held.put(removal("a", at=T0))
         held.put(removal("b", at=T0))
         held.put(removal("b", at=T0 + 30_000))
@@ -57,8 +57,66 @@ class TestTombstones:
         assert 1 == held.purge(now_ms=T0 + HOUR + 30_001)
         assert 0 == len(held)
 
+    def test_a_purge_stops_at_its_limit_and_the_next_takes_the_rest(self):
+        """The server purges in slices (a limit a call), oldest first."""
+        held = Tombstones(retention_ms=HOUR, margin_ms=MARGIN)
+        for n, at in enumerate((T0 + 2, T0, T0 + 1)):
+            held.put(removal(f"i-{n}", at=at))
+        assert 0 == held.purge(now_ms=T0 + 2 * HOUR, limit=0)
+        assert 2 == held.purge(now_ms=T0 + 2 * HOUR, limit=2)
+        assert ["i-0"] == [t.instance_id for t in held]
+        assert 1 == held.purge(now_ms=T0 + 2 * HOUR, limit=2)
+        assert 0 == len(held)
+
+    def test_lifting_what_was_never_removed_changes_nothing(self):
+        held = Tombstones(retention_ms=HOUR, margin_ms=MARGIN)
+        held.put(removal("i-1"))
+        held.touched()
+        assert (None, None) == (held.lift("ORDERS", "i-2"), held.lift("BILLING", "i-1"))
+        assert (1, set()) == (len(held), held.touched())
+
+    def test_an_application_goes_with_its_last_removal(self):
+        held = Tombstones(retention_ms=HOUR, margin_ms=MARGIN)
+        held.put(removal("i-1"))
+        held.put(removal("i-2"))
+        assert removal("i-1") == held.lift("ORDERS", "i-1")
+        assert (["ORDERS"], [removal("i-2")]) == (
+            list(held.application_names()),
+            list(held.of("ORDERS")),
+        )
+        held.lift("ORDERS", "i-2")
+        assert ([], [], None) == (
+            list(held.application_names()),
+            list(held.of("ORDERS")),
+            held.get("ORDERS", "i-2"),
+        )
+
+    def test_a_removal_that_says_less_touches_nothing(self):
+        held = Tombstones(retention_ms=HOUR, margin_ms=MARGIN)
+        held.put(removal(dirty=T0 + 5))
+        held.touched()
+        held.put(removal(dirty=T0))
+        assert (set(), 1) == (held.touched(), len(held))
+
+    def test_of_two_removals_saying_as_much_the_last_received_is_kept(self):
+        """The same lastDirtyTimestamp and time: the removal received last replaces the one
+        held (an eviction's record by a cancel's, and back), and its application is touched."""
+        held = Tombstones(retention_ms=HOUR, margin_ms=MARGIN)
+        evicted = Tombstone("ORDERS", "i-1", T0, T0 + 60_000, expired=True)
+        held.put(evicted)
+        held.touched()
+        assert removal() == held.put(removal())
+        assert ({"ORDERS"}, removal()) == (held.touched(), held.get("ORDERS", "i-1"))
+        held.put(evicted)
+        assert (evicted, 1) == (held.get("ORDERS", "i-1"), len(held))
+
+    def test_the_margin_is_the_one_given(self):
+        held = Tombstones(retention_ms=HOUR, margin_ms=5_000)
+        assert not held.copy_wins(T0, T0 + 65_000, removal())
+        assert held.copy_wins(T0, T0 + 65_001, removal())
+
     def test_touched_applications_are_told_once(self):
-        held = Tombstones(retention_ms=HOUR)
+        held = Tombstones(retention_ms=HOUR, margin_ms=MARGIN)
         held.put(removal())
         held.lift("ORDERS", "i-1")
         assert {"ORDERS"} == held.touched()

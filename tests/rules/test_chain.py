@@ -153,6 +153,20 @@ class TestDecide:
             ("LeaseExists", S.OUT_OF_SERVICE),
         ] == trace(CHAIN, decision)
 
+    @pytest.mark.parametrize(("claimed", "override", "existing", "is_replication", "_"), ROWS)
+    def test_trace_ends_at_the_rule_and_status_decided(
+        self, claimed: S, override: S | None, existing: S | None, is_replication: bool, _: S
+    ):
+        """Explaining a decision asks the chain again with every input it saw: its last
+        answer is the rule that decided, with the status decided."""
+        status, decision = decide(CHAIN, claimed, override, existing, is_replication)
+        assert (decision.by, status) == trace(CHAIN, decision)[-1]
+
+    def test_an_admins_decision_has_no_trace(self):
+        assert [] == trace(
+            CHAIN, Decision("an admin's override", None, S.OUT_OF_SERVICE, None, False)
+        )
+
     def test_decide_agrees_with_first_match_everywhere(self):
         statuses = [*S, None]
         for claimed in S:
