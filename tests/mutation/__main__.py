@@ -84,15 +84,22 @@ def main() -> int:
         groups.setdefault(pattern, []).append(Module(path))
     started = time.monotonic()
     judged: list[Module] = []
+    failed: list[str] = []
     for pattern, modules in groups.items():
         if args.budget is not None and time.monotonic() - started > 60 * args.budget:
             print(f"budget of {args.budget:g} min spent: {pattern} not run")
             continue
         names = [f"{module.name}.*" for module in modules]
         command = [sys.executable, "-m", "mutmut", "run", f"--max-children={args.max_children}"]
-        subprocess.run([*command, *names], cwd=ROOT, check=True)
+        if subprocess.run([*command, *names], cwd=ROOT).returncode != 0:
+            # mutmut stops before judging when the unmutated tests fail (its clean run): say
+            # so for each module of the group, a problem like any other.
+            failed.extend(module.path for module in modules)
+            continue
         judged.extend(modules)
     problems = judge(judged, load_equivalent())
+    for path in failed:
+        problems[path] = [f"{path}: mutmut stopped before judging it (its output is above)"]
     print(report(judged))
     failing = False
     for module, found in problems.items():
