@@ -456,7 +456,10 @@ class TestExpiryAndRecount:
             sp.evicted(2.0)  # 8 of 40
         sp.recount()
         assert 40.0 == sp.expected_per_minute
-        assert sp.last_recount.startswith("refused: 4 leases evicted since the last")
+        assert (
+            "refused: 4 leases evicted since the last accepted recount weigh 8.0 of the 40.0 "
+            "renewals expected, a drop of 15 % or more"
+        ) == sp.last_recount
 
     def test_a_lasting_drop_is_accepted_and_its_silent_leases_stop_weighing(self):
         sp = SelfPreservation(recount_interval=900)
@@ -586,6 +589,48 @@ class TestWhatItSays:
         } == sp.status(20, now=160.6)
         sp.note(Verdict(True, "renewing again"), now=170)
         assert None is sp.status(20, now=180)["held-for-seconds"]
+
+    def test_a_new_node_reports_that_it_is_counting(self):
+        assert {
+            "enabled": True,
+            "evicting": False,
+            "reason": "counting renewals: the first minute is not over yet",
+            "registry-size": 10,
+            "min-instances": 10,
+            "expected-clients": 0,
+            "expected-renews-per-minute": 0.0,
+            "departed-clients": 0,
+            "departed-renews-per-minute": 0.0,
+            "renews-threshold": 0,
+            "renews-last-minute": None,
+            "renewal-percent-threshold": 0.85,
+            "expired": 0,
+            "expired-held": 0,
+            "expired-on-peers": 0,
+            "held-for-seconds": None,
+            "last-recount": "none yet",
+        } == SelfPreservation().status(10, now=0)
+
+    def test_after_the_first_count_a_small_expectation_is_evicted_from(self):
+        """Ten leases renewing every two minutes (5 a minute, an allowance of 0.75): before
+        any sweep has found something expired, nothing has been lost."""
+        sp = SelfPreservation()
+        counted = sp.tally()
+        counted.expected, counted.clients, counted.renewals = 5.0, 10, 6
+        sp.end_window(counted)
+        assert "6 renewals in the last minute, above the threshold of 4" == sp.judge(10).reason
+
+    def test_the_rates_shown_are_rounded_to_thousandths(self):
+        sp = SelfPreservation()
+        counted = sp.tally()
+        counted.expected, counted.clients, counted.renewals = 60 / 2.9, 1, 20
+        sp.end_window(counted)
+        sp.evicted(1 / 3)
+        status = sp.status(1, now=0)
+        assert (20.69, 0.333) == (
+            status["expected-renews-per-minute"],
+            status["departed-renews-per-minute"],
+        )
 
     def test_renewals_at_the_threshold_say_why_and_when_eviction_resumes(self):
         sp = SelfPreservation()
@@ -786,6 +831,15 @@ class TestMeasures:
             lease.earlier_renewals,
             lease.earlier_ms,
         )
+
+    def test_half_an_odd_horizon_is_rounded_down_to_a_millisecond(self):
+        registry = Registry()
+        registered(registry, "i-1")
+        registry.renew("ORDERS", "i-1", T0 + 30 * S)
+        registry.renew("ORDERS", "i-1", T0 + 60 * S)
+        lease = lease_of(registry, "i-1")
+        Tally(W, 120 * S + 1).add(lease)
+        assert (2, 60 * S) == (lease.earlier_renewals, lease.earlier_ms)
 
     def test_the_horizon_is_a_recount_interval_and_two_windows_at_least(self):
         assert (900 * S, 120 * S, 20 * S) == (

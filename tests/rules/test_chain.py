@@ -119,8 +119,9 @@ def test_chain_agrees_with_reference(
 
 def test_chain_without_always_match_can_fail_loudly() -> None:
     """A chain that lets every rule pass raises instead of inventing a status."""
-    with pytest.raises(LookupError):
+    with pytest.raises(LookupError) as raised:
         first_match(CHAIN[1:3], S.UP, None, None, True)
+    assert "no rule matched: a chain must end with always_match" == str(raised.value)
 
 
 class TestParse:
@@ -130,8 +131,12 @@ class TestParse:
 
     def test_rejects_unknown_names(self) -> None:
         """An unknown name is an error that lists the valid ones."""
-        with pytest.raises(ValueError, match="expected one of UP, DOWN"):
+        with pytest.raises(ValueError) as raised:
             S.parse("SLEEPING")
+        assert (
+            "unknown status 'SLEEPING'; expected one of UP, DOWN, STARTING, OUT_OF_SERVICE, "
+            "UNKNOWN" == str(raised.value)
+        )
 
 
 class TestDecide:
