@@ -7,7 +7,8 @@ is killed when one of them fails. This runner runs mutmut over those modules (or
 change touched, `--changed REF`), then judges each module: at least `TARGET` of its mutants
 killed, and every survivor either killed by a test or listed in `equivalent/` with why no
 behaviour can tell it apart. It exits 1 otherwise, naming each unexplained survivor with its
-diff. mutmut keeps its results in `mutants/`: a second run retests only changed functions.
+diff. mutmut keeps its stats in `mutants/` and reuses them while the tests are unchanged; the
+mutants of each module named to it are all tested again.
 """
 
 from __future__ import annotations
@@ -163,8 +164,10 @@ def judge(modules: list[Module], equivalent: dict[str, dict[str, str]]) -> dict[
             else:
                 outcome = "not run" if code is None else f"exit {code}"
             module.outcomes[outcome] += 1
-        if not codes:
+        if not meta.exists():
             found.append(f"{module.path}: mutmut left no results")
+        elif not codes:
+            continue  # nothing in it to mutate (a package's __init__ of imports)
         elif module.score() < TARGET:
             found.append(f"{module.path}: {module.score():.1%} killed, below {TARGET:.0%}")
         found.extend(f"survived, not listed as equivalent: {s}" for s in module.survivors)
