@@ -138,10 +138,11 @@ class OverrideNotes:
                 yield iid, note
 
 
-def _order(at_ms: int, status: InstanceStatus | None) -> tuple[int, int, str]:
+def _order(at_ms: int, status: InstanceStatus | None) -> tuple[int, str]:
     """How decisions on one override are ordered on every node (as admins' checks are,
-    core/app_checks.py): by time, then a set over a removal, then the greater status."""
-    return (at_ms, 0, "") if status is None else (at_ms, 1, status.value)
+    core/app_checks.py): by time, then a set over a removal (whose "" sorts before every
+    status's name), then the greater status."""
+    return (at_ms, "" if status is None else status.value)
 
 
 class Overrides(Mapping[str, InstanceStatus]):
@@ -190,7 +191,7 @@ class Overrides(Mapping[str, InstanceStatus]):
         ours = self._latest(instance_id)
         return now_ms if ours is None else max(now_ms, ours[0] + 1)
 
-    def _latest(self, instance_id: str) -> tuple[int, int, str] | None:
+    def _latest(self, instance_id: str) -> tuple[int, str] | None:
         """The order of this node's last word on the override; None when it has no time."""
         status = self._status.get(instance_id)
         if status is not None:
