@@ -170,8 +170,8 @@ class Evictor:
         log.info(
             "renewal_threshold_recount",
             result=sp.last_recount,
-            expected_clients=sp.expected_clients,
-            threshold=sp.threshold,
+            expected_clients=sp.expected_clients(),
+            threshold=sp.threshold(),
         )
 
     def _slices(self) -> Iterator[list[Lease]]:

@@ -179,7 +179,7 @@ class SelfPreservation:
         """The window's count is done: its weights are the expectation, its renewals `R`."""
         self.expected_live, self.clients = tally.expected, tally.clients
         self.renewals_last_minute = tally.renewals
-        self.history.append((tally.renewals, self.threshold))
+        self.history.append((tally.renewals, self.threshold()))
 
     def found_expired(self, count: int, weight_: float, on_peers: int) -> None:
         """What a sweep found expired: how many leases, their weight, how many a peer evicted."""
@@ -204,17 +204,18 @@ class SelfPreservation:
         if (
             not self.enabled
             or not self.departed
-            or recount_accepted(self.expected_live, self.expected_per_minute, self.percent)
+            or recount_accepted(self.expected_live, self.expected_per_minute(), self.percent)
         ):
             self.departed, self.departed_clients = 0.0, 0
             self.last_recount = (
                 f"accepted {self.clients} leases weighing {self.expected_live:.1f} renewals "
-                f"a {self._minute}" + (f" ({departed} evicted since the last)" if departed else "")
+                f"a {self._minute()}"
+                + (f" ({departed} evicted since the last)" if departed else "")
             )
             return
         self.last_recount = (
             f"refused: {departed} leases evicted since the last accepted recount weigh "
-            f"{self.departed:.1f} of the {self.expected_per_minute:.1f} renewals expected, a "
+            f"{self.departed:.1f} of the {self.expected_per_minute():.1f} renewals expected, a "
             f"drop of {100 * (1 - self.percent):g} % or more"
         )
 
@@ -234,27 +235,23 @@ class SelfPreservation:
         )
 
     # Outputs -----------------------------------------------------------------------------
+    # Methods rather than properties: mutation testing leaves decorated functions alone.
 
-    @property
     def expected_clients(self) -> int:
         """Leases that weigh something, the evicted ones not yet accepted included."""
         return self.clients + self.departed_clients
 
-    @property
     def expected_per_minute(self) -> float:
         """`E`: the renewals expected in a window (a minute, unless the window was shortened)."""
         return self.expected_live + self.departed
 
-    @property
     def threshold(self) -> int:
-        return renewal_threshold(self.expected_per_minute, self.percent)
+        return renewal_threshold(self.expected_per_minute(), self.percent)
 
-    @property
     def allowance(self) -> float:
         """The weight that may be lost to expiry before a recount: `1 - p` of `E`."""
-        return (1 - self.percent) * self.expected_per_minute
+        return (1 - self.percent) * self.expected_per_minute()
 
-    @property
     def _minute(self) -> str:
         """The counting window in words: Eureka's "minute", or the seconds a test set."""
         return "minute" if self.window == MINUTE else f"{self.window:g} s"
@@ -280,9 +277,9 @@ class SelfPreservation:
                 "where self-preservation applies",
                 guarding=False,
             )
-        renewals, threshold = self.renewals_last_minute, self.threshold
+        renewals, threshold = self.renewals_last_minute, self.threshold()
         if renewals is None:
-            return Verdict(False, f"counting renewals: the first {self._minute} is not over yet")
+            return Verdict(False, f"counting renewals: the first {self._minute()} is not over yet")
         resumes = "Eviction resumes when renewals recover" + (
             f", or at a recount once the drop has lasted {self.recount_interval / MINUTE:g} min"
             if self.accept_lasting_drop
@@ -291,24 +288,24 @@ class SelfPreservation:
         if not expiration_enabled(threshold, renewals):
             return Verdict(
                 False,
-                f"{renewals} renewals in the last {self._minute}, not above the threshold of "
-                f"{threshold} ({self.percent:g} of the {self.expected_per_minute:.1f} expected "
-                f"from {self.expected_clients} leases): many leases stopped renewing at once, "
+                f"{renewals} renewals in the last {self._minute()}, not above the threshold of "
+                f"{threshold} ({self.percent:g} of the {self.expected_per_minute():.1f} expected "
+                f"from {self.expected_clients()} leases): many leases stopped renewing at once, "
                 f"which looks like a network failure rather than instances dying. {resumes}",
             )
         lost = self.departed + self.expired_weight
-        if self.expired_weight and lost >= self.allowance:
+        if self.expired_weight and lost >= self.allowance():
             return Verdict(
                 False,
                 f"{self.expired} leases have expired and {self.departed_clients} were evicted "
                 f"since the last accepted recount: they weigh {lost:.1f} of the "
-                f"{self.expected_per_minute:.1f} renewals a {self._minute} expected, "
+                f"{self.expected_per_minute():.1f} renewals a {self._minute()} expected, "
                 f"{100 * (1 - self.percent):g} % or more, which looks like a network failure "
                 f"rather than instances dying. {resumes}",
             )
         return Verdict(
             True,
-            f"{renewals} renewals in the last {self._minute}, above the threshold of {threshold}",
+            f"{renewals} renewals in the last {self._minute()}, above the threshold of {threshold}",
         )
 
     def note(self, verdict: Verdict, now: float) -> bool:
@@ -328,11 +325,11 @@ class SelfPreservation:
             "reason": verdict.reason,
             "registry-size": registry_size,
             "min-instances": self.min_instances,
-            "expected-clients": self.expected_clients,
-            "expected-renews-per-minute": round(self.expected_per_minute, 3),
+            "expected-clients": self.expected_clients(),
+            "expected-renews-per-minute": round(self.expected_per_minute(), 3),
             "departed-clients": self.departed_clients,
             "departed-renews-per-minute": round(self.departed, 3),
-            "renews-threshold": self.threshold,
+            "renews-threshold": self.threshold(),
             "renews-last-minute": self.renewals_last_minute,
             "renewal-percent-threshold": self.percent,
             "expired": self.expired,

@@ -166,12 +166,12 @@ class RegistryCollector(Collector):
             -1 if renews is None else renews,
         )
         yield _gauge(
-            "registry_renews_threshold", "Self-preservation's threshold", preservation.threshold
+            "registry_renews_threshold", "Self-preservation's threshold", preservation.threshold()
         )
         yield _gauge(
             "registry_expected_clients",
             "Self-preservation's expected clients",
-            preservation.expected_clients,
+            preservation.expected_clients(),
         )
         yield _gauge(
             "registry_expired_leases_held",

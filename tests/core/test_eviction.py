@@ -239,7 +239,7 @@ class TestExpiryAllowance:
         assert 18 == len(leases.registry)
         assert (2, 1200.0) == (
             leases.preservation.departed_clients,
-            pytest.approx(leases.preservation.expected_per_minute, rel=0.02),
+            pytest.approx(leases.preservation.expected_per_minute(), rel=0.02),
         )
 
 

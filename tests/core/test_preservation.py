@@ -316,9 +316,9 @@ class TestVerdicts:
         verdict = sp.judge(20)
         assert (False, 40.0, 20, 34) == (
             verdict.evict,
-            sp.expected_per_minute,
+            sp.expected_per_minute(),
             sp.renewals_last_minute,
-            sp.threshold,
+            sp.threshold(),
         )
         assert verdict.reason.startswith(
             "20 renewals in the last minute, not above the threshold of 34 (0.85 of the 40.0 "
@@ -372,7 +372,7 @@ class TestVerdicts:
                 renew_every(registry, iid, every_ms=every, start=start, end=start + W)
             tally(sp, registry)
         assert sp.judge(15).evict, sp.judge(15).reason
-        assert 12 * 60 + 3 * 60 / 2.9 == pytest.approx(sp.expected_per_minute, rel=0.02)
+        assert 12 * 60 + 3 * 60 / 2.9 == pytest.approx(sp.expected_per_minute(), rel=0.02)
 
     def test_a_mass_expiry_of_short_leases_holds_before_the_window_counts_it(self):
         """Leases of 5 s renewing every second: half expire five seconds into a window whose
@@ -406,9 +406,9 @@ class TestExpiryAndRecount:
     def test_an_eviction_does_not_lower_the_expectation_before_a_recount(self):
         sp = SelfPreservation()
         half_silent(sp)
-        before = (sp.expected_per_minute, sp.threshold)
+        before = (sp.expected_per_minute(), sp.threshold())
         sp.evicted(2.0)
-        assert before == (sp.expected_per_minute, sp.threshold)
+        assert before == (sp.expected_per_minute(), sp.threshold())
         assert (2.0, 1) == (sp.departed, sp.departed_clients)
 
     def test_the_departed_weigh_on_through_the_next_window(self):
@@ -419,14 +419,14 @@ class TestExpiryAndRecount:
         sp.evicted(weight(lease, W))
         registry.evict("ORDERS", "i-19", now_ms=T0 + 3600 * S)
         tally(sp, registry)
-        assert 40.0 == sp.expected_per_minute
+        assert 40.0 == sp.expected_per_minute()
 
     def test_a_cancel_lowers_the_expectation_at_the_next_window(self):
         sp = SelfPreservation()
         registry = half_silent(sp)
         registry.cancel("ORDERS", "i-19", now_ms=T0 + 6 * W)
         tally(sp, registry)
-        assert (38.0, 0) == (sp.expected_per_minute, sp.departed_clients)
+        assert (38.0, 0) == (sp.expected_per_minute(), sp.departed_clients)
 
     def test_a_recount_accepts_a_small_drop(self):
         sp = SelfPreservation()
@@ -434,9 +434,9 @@ class TestExpiryAndRecount:
         sp.evicted(2.0)
         sp.recount()
         assert (38.0, 0.0, 19, 0) == (
-            sp.expected_per_minute,
+            sp.expected_per_minute(),
             sp.departed,
-            sp.expected_clients,
+            sp.expected_clients(),
             sp.departed_clients,
         )
         assert (
@@ -455,7 +455,7 @@ class TestExpiryAndRecount:
         for _ in range(4):
             sp.evicted(2.0)  # 8 of 40
         sp.recount()
-        assert 40.0 == sp.expected_per_minute
+        assert 40.0 == sp.expected_per_minute()
         assert (
             "refused: 4 leases evicted since the last accepted recount weigh 8.0 of the 40.0 "
             "renewals expected, a drop of 15 % or more"
@@ -469,7 +469,7 @@ class TestExpiryAndRecount:
         assert sp.needs_live_count(now=1000)
         sp.evicted(2.0)
         sp.lasting_drop(now=1000, silent=9, silent_weight=18.0)
-        assert (20.0, 10, 0.0) == (sp.expected_per_minute, sp.expected_clients, sp.departed)
+        assert (20.0, 10, 0.0) == (sp.expected_per_minute(), sp.expected_clients(), sp.departed)
         assert (
             "accepted a lasting drop to 10 renewing leases (eviction had been held for 15 min)"
             == sp.last_recount
@@ -482,7 +482,7 @@ class TestExpiryAndRecount:
         half_silent(sp)
         sp.note(sp.judge(20), now=100)
         sp.lasting_drop(now=1900, silent=20, silent_weight=40.0)
-        assert (0.0, 0, 0) == (sp.expected_per_minute, sp.expected_clients, sp.threshold)
+        assert (0.0, 0, 0) == (sp.expected_per_minute(), sp.expected_clients(), sp.threshold())
         assert (
             "accepted a lasting drop to 0 renewing leases (eviction had been held for 30 min)"
             == sp.last_recount
@@ -506,9 +506,9 @@ class TestWarmRestart:
         tally(sp, registry)
         tally(sp, registry)  # a second window of silence: still expected
         assert (40.0, 20, 34, 0) == (
-            sp.expected_per_minute,
-            sp.expected_clients,
-            sp.threshold,
+            sp.expected_per_minute(),
+            sp.expected_clients(),
+            sp.threshold(),
             sp.renewals_last_minute,
         )
         assert not sp.judge(20).evict
@@ -522,7 +522,7 @@ class TestWarmRestart:
             for n in range(20):
                 renew_every(registry, f"i-{n}", every_ms=2900, start=start, end=start + W)
             tally(sp, registry)
-        assert 20 * 60 / 2.9 == pytest.approx(sp.expected_per_minute, rel=0.05)
+        assert 20 * 60 / 2.9 == pytest.approx(sp.expected_per_minute(), rel=0.05)
         assert sp.judge(20).evict
 
 
@@ -669,7 +669,7 @@ class TestWhatItSays:
         tally(sp, registry)
         verdict = sp.judge(20)
         assert (True, True) == (verdict.evict, verdict.guarding)
-        assert (40, 32) == (sp.renewals_last_minute, sp.threshold)  # the silent half weighs less
+        assert (40, 32) == (sp.renewals_last_minute, sp.threshold())  # the silent half weighs less
         assert "40 renewals in the last minute, above the threshold of 32" == verdict.reason
 
     @pytest.mark.parametrize(
@@ -718,7 +718,7 @@ class TestTheAllowance:
         sp = self.counted(0.75)  # an allowance of 10.0, exact in binary
         sp.evicted(2.0)
         sp.found_expired(4, 8.0, 0)
-        assert (10.0, False) == (sp.allowance, sp.judge(20).evict)
+        assert (10.0, False) == (sp.allowance(), sp.judge(20).evict)
         sp.found_expired(4, 7.5, 0)
         assert sp.judge(20).evict
 
@@ -738,8 +738,8 @@ class TestBookkeeping:
         sp.found_expired(2, 2.0, 0)
         sp.evicted(0.0)
         assert (40.0, 20, 0, 1) == (
-            sp.expected_per_minute,
-            sp.expected_clients,
+            sp.expected_per_minute(),
+            sp.expected_clients(),
             sp.departed_clients,
             sp.expired_held,
         )
@@ -789,7 +789,7 @@ class TestBookkeeping:
         for _ in range(10):
             sp.evicted(2.0)
         sp.recount()
-        assert (20.0, 0) == (sp.expected_per_minute, sp.departed_clients)
+        assert (20.0, 0) == (sp.expected_per_minute(), sp.departed_clients)
 
 
 class TestMeasures:

@@ -87,11 +87,11 @@ def test_the_arithmetic_holds_whatever_the_history(history):
         elif kind == "cancel" and held is not None:
             registry.cancel("ORDERS", op[1], now_ms=now)
         elif kind == "evict" and held is not None and held.is_expired(now):
-            expected, threshold = sp.expected_per_minute, sp.threshold
+            expected, threshold = sp.expected_per_minute(), sp.threshold()
             sp.evicted(weight(held, W))
             assert registry.evict("ORDERS", op[1], now_ms=now)
-            assert sp.expected_per_minute >= expected - 1e-9
-            assert sp.threshold >= threshold
+            assert sp.expected_per_minute() >= expected - 1e-9
+            assert sp.threshold() >= threshold
         elif kind == "window":
             silent = {
                 x.instance.instance_id: weight(x, W)
@@ -106,7 +106,7 @@ def test_the_arithmetic_holds_whatever_the_history(history):
             sp.end_window(counted)
             weights = {x.instance.instance_id: weight(x, W) for x in registry.leases()}
             assert all(weights[iid] == w for iid, w in silent.items())
-            assert pytest.approx(sum(weights.values()) + departed) == sp.expected_per_minute
+            assert pytest.approx(sum(weights.values()) + departed) == sp.expected_per_minute()
         elif kind == "recount":
             sp.recount()
         for x in registry.leases():
