@@ -14,6 +14,7 @@ mutants of each module named to it are all tested again.
 from __future__ import annotations
 
 import argparse
+import ast
 import fnmatch
 import json
 import subprocess
@@ -99,6 +100,8 @@ def main() -> int:
             continue
         judged.extend(modules)
     problems = judge(judged, load_equivalent())
+    for path in chosen:
+        problems.setdefault(path, []).extend(decorated(path))
     for path in failed:
         problems[path] = [f"{path}: mutmut stopped before judging it (its output is above)"]
     print(report(judged))
@@ -128,6 +131,19 @@ def listed_modules(config: dict[str, list[str]]) -> list[str]:
                 if fnmatch.fnmatch(relative, pattern) and relative not in found:
                     found.append(relative)
     return found
+
+
+def decorated(path: str) -> list[str]:
+    """The functions of `path` that mutmut leaves alone, each a problem: it mutates no
+    decorated function but a static or class method (a property, a cached function)."""
+    allowed = {"staticmethod", "classmethod"}
+    return [
+        f"{path}:{node.lineno}: {node.name} is decorated, so never mutated: make it a plain "
+        "function or method (apply a cache apart from the definition)"
+        for node in ast.walk(ast.parse((ROOT / path).read_text()))
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+        and any(not (isinstance(d, ast.Name) and d.id in allowed) for d in node.decorator_list)
+    ]
 
 
 def load_equivalent() -> dict[str, dict[str, str]]:
