@@ -17,6 +17,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from registry import FakeClock, Settings, create_app
 from registry.appkeys import CHECKER, REGISTRY
 from tests.checks.conftest import Port, Target, checks_until, run_checks
+from tests.credentials import ADMIN_PW, CLIENT_PW, basic
 from tests.helpers import JSON, free_port, instance_doc, next_event
 from tests.peers.apps import AiohttpClient
 
@@ -287,6 +288,33 @@ class TestGuardRails:
         response = await node.put("/eureka/apps/ORDERS/i-1/metadata?registry.check=icmp")
         assert 400 == response.status
         assert 200 == (await node.put("/eureka/apps/ORDERS/i-1/metadata?registry.check=tcp")).status
+
+
+class TestQuota:
+    """`health_check_max_per_credential` caps a client credential's checked instances; an
+    admin's registrations are the operator's own and count against no quota."""
+
+    async def test_a_client_is_held_to_its_quota_and_an_admin_to_none(
+        self, aiohttp_client: AiohttpClient, clock: FakeClock
+    ):
+        settings = Settings(
+            store=False,
+            health_check_loopback=True,
+            health_check_min_interval=1,
+            health_check_max_per_credential=1,
+            client_credentials=(f"orders:{CLIENT_PW}",),
+            admin_credentials=(f"ops:{ADMIN_PW}",),
+        )
+        node = await aiohttp_client(create_app(settings, clock=clock))
+
+        async def register_as(who: dict[str, str], iid: str) -> int:
+            doc = {**checked_doc(8080), "instanceId": iid}
+            response = await node.post("/eureka/apps/ORDERS", json={"instance": doc}, headers=who)
+            return response.status
+
+        client, admin = basic("orders", CLIENT_PW), basic("ops", ADMIN_PW)
+        assert [204, 403] == [await register_as(client, iid) for iid in ("i-1", "i-2")]
+        assert [204, 204] == [await register_as(admin, iid) for iid in ("i-2", "i-3")]
 
 
 class TestRestart:
