@@ -20,7 +20,7 @@ from registry import FakeClock, Settings, create_app
 from registry.core.registry import Registry
 from registry.serving import Runner
 from registry.store.writer import StoreWriter
-from tests.mutation import suites_of
+from tests import mutation
 from tests.nodes import Nodes
 from tests.processes import Servers
 
@@ -32,12 +32,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """The container tests last: building an image and tearing containers down loads the
     machine (disk and CPU) for a while after them, which the fault suite's timed probes that
     would otherwise come next must not measure. Under mutation testing, a mutant is judged by
-    its module's own suites alone (tests/mutation)."""
+    its module's own suites alone, and the clean run before by its group's (tests/mutation)."""
     items.sort(key=lambda item: item.path.is_relative_to(CONTAINERS))
-    mutant = os.environ.get("MUTANT_UNDER_TEST", "")
-    if "__mutmut_" in mutant:
+    judged_by = mutation.judging(
+        os.environ.get("MUTANT_UNDER_TEST", ""), os.environ.get(mutation.GROUP)
+    )
+    if judged_by is not None:
         root = config.rootpath
-        suites = [root / suite for suite in suites_of(mutant)]
+        suites = [root / suite for suite in judged_by]
         kept = [item for item in items if any(item.path.is_relative_to(s) for s in suites)]
         config.hook.pytest_deselected(items=[item for item in items if item not in kept])
         items[:] = kept

@@ -47,6 +47,22 @@ SUITES: dict[str, tuple[str, ...]] = {
 HELD: frozenset[str] = frozenset()
 
 
+# Set by the runner to the suites of the modules it hands mutmut: mutmut's clean run of the
+# unmutated tests (MUTANT_UNDER_TEST empty) then runs those suites' tests alone too.
+GROUP = "MUTATION_SUITES"
+
+
+def judging(mutant_under_test: str, group: str | None) -> tuple[str, ...] | None:
+    """The test paths to keep in a pytest run mutmut started (`MUTANT_UNDER_TEST`, the
+    runner's `GROUP`), or None to keep every test: a mutant is judged by its module's suites,
+    the clean run by its group's."""
+    if "__mutmut_" in mutant_under_test:
+        return suites_of(mutant_under_test)
+    if not mutant_under_test and group:
+        return tuple(group.split())
+    return None
+
+
 def module_path(mutant: str) -> str:
     """`registry.core.preservation.xǁSelfPreservationǁon_load__mutmut_3` ->
     `registry/core/preservation.py` (mutmut names a mutant by its module and function)."""

@@ -17,6 +17,7 @@ import argparse
 import ast
 import fnmatch
 import json
+import os
 import subprocess
 import sys
 import time
@@ -25,7 +26,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests.mutation import HELD, SUITES
+from tests.mutation import GROUP, HELD, SUITES
 
 ROOT = Path(__file__).resolve().parents[2]
 EQUIVALENT = Path(__file__).with_name("equivalent")  # one TOML file per module
@@ -93,7 +94,8 @@ def main() -> int:
             continue
         names = [f"{module.name}.*" for module in modules]
         command = [sys.executable, "-m", "mutmut", "run", f"--max-children={args.max_children}"]
-        if subprocess.run([*command, *names], cwd=ROOT).returncode != 0:
+        env = {**os.environ, GROUP: " ".join(SUITES[pattern])}
+        if subprocess.run([*command, *names], cwd=ROOT, env=env).returncode != 0:
             # mutmut stops before judging when the unmutated tests fail (its clean run): say
             # so for each module of the group, a problem like any other.
             failed.extend(module.path for module in modules)
