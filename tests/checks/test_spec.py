@@ -239,10 +239,10 @@ class TestHttpUrl:
         assert by_name is not None and "orders.example.com" == by_name.host
         by_address = spec_of(
             metadata=asks(),
-            ipAddr="2001:4860:4860::8888".upper(),
-            healthCheckUrl="http://[2001:4860:4860::8888]:8080/",
+            ipAddr="2A00:1450:4001:82A::200E",
+            healthCheckUrl="http://[2a00:1450:4001:82a::200e]:8080/",
         )
-        assert by_address is not None and "2001:4860:4860::8888" == by_address.address
+        assert by_address is not None and "2a00:1450:4001:82a::200e" == by_address.address
 
     def test_the_target_is_percent_encoded_as_a_request_line_carries_it(self):
         kept = "/a:b@c!$'()*+,;~-._%41"
