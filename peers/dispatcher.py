@@ -27,7 +27,7 @@ from typing import Any
 
 import structlog
 
-from peers import items
+from peers import items, merge
 from peers.pending import PendingTasks, Task
 from peers.transport import PeerClient, PeerRefused, PeerUnavailable
 from registry.codec import instance_from_wire, wire
@@ -233,15 +233,17 @@ class Dispatcher:
             log.warning("replication_items_refused", peer=self.peer.url, **refused)
 
     def _adopt(self, task: Task, entity: Any) -> None:
-        """The peer holds newer data for an instance we heartbeat: take its copy."""
+        """The peer holds newer data for an instance we heartbeat or cancel: take its copy,
+        renewed when it was there."""
         now_ms = self._clock.wall_ms()
         try:
             instance = instance_from_wire(entity, now_ms=now_ms, expected_app=task.app)
+            renewed = merge.renewed_at(entity, now_ms=now_ms)
         except BadInput as exc:
             self.stats.failed += 1
             log.warning("replication_conflict_unreadable", peer=self.peer.url, detail=str(exc))
             return
-        if self._registry.adopt(instance, now_ms=now_ms, last_renewal_ms=now_ms):
+        if self._registry.adopt(instance, now_ms=now_ms, last_renewal_ms=renewed):
             self.stats.adopted += 1
             log.info(
                 "replication_conflict_adopted",

@@ -87,17 +87,14 @@ async def merge(
                 await asyncio.sleep(0)
             try:
                 instance = instance_from_wire(doc, now_ms=now_ms)
-                lease_info = doc.get("leaseInfo") or {}
-                renewed = wire.timestamp(
-                    lease_info.get("lastRenewalTimestamp"), "leaseInfo.lastRenewalTimestamp"
-                )
+                renewed = renewed_at(doc, now_ms=now_ms)
                 registered = wire.timestamp(
-                    lease_info.get("registrationTimestamp"), "leaseInfo.registrationTimestamp"
+                    (doc.get("leaseInfo") or {}).get("registrationTimestamp"),
+                    "leaseInfo.registrationTimestamp",
                 )
             except BadInput as exc:
                 log.warning("peer_instance_unreadable", detail=str(exc))
                 continue
-            renewed = renewed or now_ms
             if renewed + instance.duration_secs * 1000 < now_ms and not held_by_server(instance):
                 continue  # its lease has run out there too (a lease the registry holds never)
             if _wanted(_ours(registry, instance, now_ms), instance):
@@ -107,6 +104,18 @@ async def merge(
                     instance, now_ms=now_ms, last_renewal_ms=renewed, renewing=renewing
                 )
     return adopted
+
+
+def renewed_at(doc: Mapping[str, Any], *, now_ms: int) -> int:
+    """When a peer's copy of an instance was last renewed there (its
+    `leaseInfo.lastRenewalTimestamp`), or now when it does not say. Adopted, the copy keeps
+    that time: dated at its arrival, a copy that crossed a partition would outlive a cancel
+    made after its last renewal (registry/core/tombstones.py)."""
+    lease_info = doc.get("leaseInfo") or {}
+    renewed = wire.timestamp(
+        lease_info.get("lastRenewalTimestamp"), "leaseInfo.lastRenewalTimestamp"
+    )
+    return renewed or now_ms
 
 
 def take_overrides(registry: Registry, digest: Mapping[str, Any], *, now_ms: int) -> int:

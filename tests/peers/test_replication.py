@@ -116,7 +116,8 @@ class TestConflicts:
     async def test_the_peers_newer_copy_is_adopted(
         self, node: TestClient, peer: TestServer, clock: FakeClock
     ):
-        """B answers 409 with its newer copy (and its override); A takes both."""
+        """B answers 409 with its newer copy (and its override); A takes both, the lease
+        renewed when B last saw it renew, not when the answer came."""
         headers = {"Content-Type": "application/json", **REPLICATION}
         ours = instance_doc(lastDirtyTimestamp="1735689000000")
         theirs = instance_doc(
@@ -143,6 +144,36 @@ class TestConflicts:
             dict(lease.instance.metadata),
         )
         assert 1 == dispatcher(node).stats.adopted
+
+    async def test_a_copy_taken_for_a_refused_cancel_keeps_its_renewal_there(
+        self, node: TestClient, peer: TestServer, clock: FakeClock
+    ):
+        """A's client cancels an older copy than B holds: B refuses with its copy, which A
+        takes renewed when B last saw it renew. Dated at its arrival instead, a copy that
+        reached A late (across a partition) would outlive a cancel made after its last renewal
+        on any node (the convergence model found it: a cancelled instance back where it was
+        cancelled)."""
+        headers = {"Content-Type": "application/json", **REPLICATION}
+        ours = instance_doc(lastDirtyTimestamp="1735689000000")
+        theirs = instance_doc(lastDirtyTimestamp="1735689009000")
+        await node.post(
+            "/eureka/apps/ORDERS", data=orjson.dumps({"instance": ours}), headers=headers
+        )
+        renewed_there = clock.wall_ms()
+        async with aiohttp.ClientSession() as session:
+            await session.post(
+                peer.make_url("/eureka/apps/ORDERS"),
+                data=orjson.dumps({"instance": theirs}),
+                headers=headers,
+            )
+        await clock.advance(20)
+        assert 200 == (await node.delete("/eureka/apps/ORDERS/i-1")).status
+        await replicated(node, clock)
+        lease = registry(node).get("ORDERS", "i-1", now_ms=clock.wall_ms())
+        assert (1735689009000, renewed_there) == (
+            lease.instance.last_dirty_ms,
+            lease.last_renewal_ms,
+        )
 
 
 def absent_peer(port: int) -> Settings:
