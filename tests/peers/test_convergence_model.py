@@ -527,3 +527,19 @@ TestConvergence.settings = settings(
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
+
+
+def test_a_cancel_on_each_side_of_a_cut_keeps_the_instance_gone() -> None:
+    """A case the model found, kept as it was shrunk: A, cut from its peers, takes a client's
+    registration and cancel; the client registers on B, renews and cancels there. After the
+    heal C refuses A's cancel with the copy B sent it, and A must date that copy by its last
+    renewal on C, or it beats B's cancel and B takes the cancelled instance back."""
+    cluster = Cluster()
+    cluster.clocks_are_set(offsets=(0, 0, 0))
+    cluster.partition(name="A", peers_only=True)
+    cluster.client_registers(home="A", iid="i-1")
+    cluster.client_cancels(after_heartbeat=False, iid="i-1")
+    cluster.client_registers(home="B", iid="i-1")
+    cluster.client_cancels(after_heartbeat=True, iid="i-1")
+    cluster.time_passes(seconds=11)
+    cluster.teardown()
