@@ -144,6 +144,24 @@ async def test_unreadable_copies_are_skipped():
     assert 1 == await merge.merge(registry, app(broken, peer_copy("i-2")), now_ms=T0)
 
 
+async def test_a_copy_whose_lease_times_are_unreadable_is_skipped_naming_the_field():
+    registry = Registry()
+    fields = ("lastRenewalTimestamp", "registrationTimestamp")
+    broken = [peer_copy(f"i-{n}") for n in range(len(fields))]
+    for copy, field in zip(broken, fields, strict=True):
+        copy["leaseInfo"][field] = "soon"
+    with capture_logs() as logs:
+        assert 1 == await merge.merge(registry, app(*broken, peer_copy("i-9")), now_ms=T0)
+    assert [
+        {
+            "event": "peer_instance_unreadable",
+            "log_level": "warning",
+            "detail": f"leaseInfo.{field}: must be a whole number, not 'soon'",
+        }
+        for field in fields
+    ] == [log for log in logs if log["event"] == "peer_instance_unreadable"]
+
+
 def test_a_peers_decision_dated_beyond_the_clock_skew_is_not_taken():
     """An override set (or removed) at a time no clock has reached would win every later
     comparison on every node: a digest's such entries are left out."""
