@@ -44,7 +44,23 @@ SUITES: dict[str, tuple[str, ...]] = {
 # The modules held to the bar (tests/mutation/__main__.py): a problem of theirs fails the run.
 # Any other listed module is run and reported, its problems printed as "not yet held", until
 # its survivors are killed or explained and it joins this list; none ever leaves it.
-HELD: frozenset[str] = frozenset()
+HELD: frozenset[str] = frozenset(
+    {
+        "rules/__init__.py",
+        "rules/chain.py",
+        "rules/rules.py",
+        "rules/status.py",
+        "registry/core/preservation.py",
+        "registry/core/tombstones.py",
+        "registry/core/overrides.py",
+        "peers/merge.py",
+        "registry/checks/spec.py",
+        "registry/checks/destinations.py",
+        "registry/http/request_body.py",
+        "registry/http/auth.py",
+        "registry/http/credentials.py",
+    }
+)
 
 
 # Set by the runner to the suites of the modules it hands mutmut: mutmut's clean run of the

@@ -70,6 +70,8 @@ def main() -> int:
     if set(config["only_mutate"]) != set(SUITES):
         parser.error("[tool.mutmut] only_mutate and tests/mutation SUITES must name the same")
     listed = listed_modules(config)
+    if not HELD <= set(listed):
+        parser.error(f"HELD names modules not listed: {sorted(HELD - set(listed))}")
     chosen = [m for m in listed if not args.modules or m in args.modules]
     if args.modules and len(chosen) != len(set(args.modules)):
         parser.error(f"not listed in [tool.mutmut] only_mutate: {set(args.modules) - set(chosen)}")
