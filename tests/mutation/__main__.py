@@ -112,7 +112,7 @@ def main() -> int:
     failing = False
     for module, found in problems.items():
         held = module in HELD
-        failing = failing or held
+        failing = failing or (held and bool(found))
         for problem in found:
             print(problem if held else f"(not yet held) {problem}")
     return 1 if failing else 0
