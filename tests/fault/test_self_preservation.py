@@ -100,10 +100,12 @@ async def _seen(
     """A server's self-preservation status, its evictions and the instances it lists."""
     async with session.get(base + "/eureka/status", headers=JSON) as response:
         held = orjson.loads(await response.read())["selfPreservation"]
-    async with session.get(base + "/metrics") as response:
-        metrics = await response.read()
+    # The listing before the count: an eviction between the two reads then shows in the
+    # count, never in the listing alone.
     async with session.get(base + "/eureka/apps/ORDERS", headers=JSON) as response:
         listed = {i["instanceId"] for i in (await response.json())["application"]["instance"]}
+    async with session.get(base + "/metrics") as response:
+        metrics = await response.read()
     evicted = re.search(rb"^registry_evictions_total (\S+)$", metrics, re.M)
     assert evicted is not None
     return held, float(evicted[1]), listed
