@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from registry.common.tasks import Pacer
 from registry.core.model import ChangeEvent, LeaseRecord
 from registry.core.registry import Registry
-from registry.core.subscriber import Subscriber
+from registry.core.subscriber import Loaded, Subscriber
 from registry.core.tombstones import Tombstone
 
 
@@ -34,7 +34,7 @@ class Digests(Subscriber):
         """Registry listener: the instance's application is to be digested again."""
         self._stale.add(event.lease.instance.app)
 
-    def on_load(self, _registry: Registry) -> None:
+    def on_load(self, _registry: Loaded) -> None:
         self._all_stale = True
 
     async def current(self, pacer: Pacer | None = None) -> dict[str, str]:

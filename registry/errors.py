@@ -17,10 +17,13 @@ RegistryError               500  a bug: never raised on purpose for bad input
 │   └── NotSynced           403  ... because it has not copied the registry from its peers yet
 ├── IndexExpired            410  a watch or long-poll asks for changes no longer kept
 ├── StoreUnavailable        503  an override is in force but could not be written to disk yet
-├── StaleReplica            409  a peer holds older data than ours; it gets our copy
+├── StaleReplica            409  a peer holds older data than ours; it gets our copy (*)
 ├── LimitReached            403  a registration past max_applications or its application's cap
 ├── MemoryFull              503  a new instance while memory is above its watermark
-└── RemovedHere             409  a peer's copy of an instance removed here after it
+└── RemovedHere             409  a peer's copy of an instance removed here after it (*)
+
+(*) in registry/core/conflicts.py: they carry the core's copy or removal, and this module
+knows nothing of the core.
 
 An error may carry response headers (`headers`): the 401's challenge, the 429's Retry-After.
 """
@@ -29,11 +32,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from registry.core.model import Lease
-    from registry.core.tombstones import Tombstone
 
 
 class RegistryError(Exception):
@@ -130,15 +128,6 @@ class StoreUnavailable(RegistryError):
     pass
 
 
-class StaleReplica(RegistryError):
-    def __init__(self, lease: Lease) -> None:
-        super().__init__(
-            f"{lease.instance.app}/{lease.instance.instance_id}: our copy is newer "
-            f"(lastDirtyTimestamp {lease.instance.last_dirty_ms})"
-        )
-        self.lease = lease
-
-
 class LimitReached(RegistryError):
     """A client's registration of a new instance past `max_applications` or
     `max_instances_per_application`: memory is what a registry runs out of."""
@@ -149,15 +138,3 @@ class MemoryFull(RegistryError):
     watermark (registry/health/memory.py): refused, for the clients to retry, rather than killed."""
 
     headers = (("Retry-After", "30"),)
-
-
-class RemovedHere(RegistryError):
-    """A peer's copy loses to this node's newer removal of the instance
-    (registry/core/tombstones.py)."""
-
-    def __init__(self, removal: Tombstone) -> None:
-        super().__init__(
-            f"{removal.app}/{removal.instance_id} was removed here at {removal.at_ms} "
-            f"(lastDirtyTimestamp {removal.dirty_ms}), after the copy sent"
-        )
-        self.removal = removal

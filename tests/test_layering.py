@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import graphlib
 import subprocess
 import sys
 from pathlib import Path
@@ -68,6 +69,50 @@ def test_the_layer_rules_name_packages_that_exist():
     for package, forbidden in LAYERS:
         assert (ROOT / package).is_dir(), package
         assert (ROOT / forbidden.replace(".", "/")).exists() or forbidden == "aiohttp", forbidden
+
+
+def module_graph(*packages: str) -> dict[str, set[str]]:
+    """Module -> the modules of `packages` it imports anywhere in its text (type-only imports
+    and imports inside functions too). `from package import module` is an edge to the module
+    alone: a package's own names are imported from it only by `from package import name`."""
+    paths = {}
+    for package in packages:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            name = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+            paths[name.removesuffix(".__init__")] = path
+    graph: dict[str, set[str]] = {}
+    for name, path in paths.items():
+        edges = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                edges.update(alias.name for alias in node.names if alias.name in paths)
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                for alias in node.names:
+                    module = f"{node.module}.{alias.name}"
+                    if module in paths:
+                        edges.add(module)
+                    elif node.module in paths:
+                        edges.add(node.module)
+        graph[name] = edges - {name}
+    return graph
+
+
+def test_no_import_circles():
+    """No module imports one that imports it back, even for types only: each module can be
+    read (and loaded) after the ones it names."""
+    try:
+        graphlib.TopologicalSorter(module_graph("registry", "peers", "rules")).prepare()
+    except graphlib.CycleError as circle:
+        pytest.fail(f"an import circle: {' -> '.join(circle.args[1])}")
+
+
+def test_the_circle_check_sees_a_type_only_import():
+    """Its positive control: the core's model imported back under TYPE_CHECKING by a module
+    it imports is a circle."""
+    graph = module_graph("registry", "peers", "rules")
+    graph["registry.errors"].add("registry.core.model")
+    with pytest.raises(graphlib.CycleError):
+        graphlib.TopologicalSorter(graph).prepare()
 
 
 def loaded_by(statement: str) -> list[str]:

@@ -39,7 +39,7 @@ from registry.core.app_checks import AppCheck
 from registry.core.checks import CHECK_KEY
 from registry.core.model import ActionType, ChangeEvent, InstanceInfo
 from registry.core.registry import Registry
-from registry.core.subscriber import Subscriber
+from registry.core.subscriber import Loaded, Subscriber
 from registry.errors import BadInput, UnknownInstance
 from registry.health.histogram import Histogram
 from registry.settings import Settings
@@ -149,7 +149,7 @@ class Checker(Subscriber):
             return  # most instances: no check asked for, none known
         self._consider(instance)
 
-    def on_load(self, registry: Registry) -> None:
+    def on_load(self, registry: Loaded) -> None:
         self.checked.clear()
         self.unchecked.clear()
         self._due.clear()

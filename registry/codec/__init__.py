@@ -8,13 +8,12 @@ precise refusal where input is bad; `notes` is the override notes' form between 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from enum import Enum
-from typing import Protocol
 
 from registry.codec import compact, json_codec, xml_codec
+from registry.codec.shape import Shape
 from registry.codec.wire import instance_from_wire
-from registry.core.model import InstanceInfo, LeaseRecord
+from registry.core.model import LeaseRecord
 
 __all__ = ["Format", "Shape", "encode_instance", "instance_from_wire", "shape"]
 
@@ -49,21 +48,6 @@ class Format(Enum):
 
 
 _CONTENT_TYPES = {fmt: fmt.value.partition(";")[0] for fmt in Format}
-
-
-class Shape(Protocol):
-    """How one format writes documents in pieces (json_codec and xml_codec both are one)."""
-
-    SEPARATOR: bytes  # between two items of a list
-    APPLICATIONS_TAIL: bytes
-    APPLICATION_HEAD: bytes  # around one application's block: GET apps/{app}
-    APPLICATION_TAIL: bytes
-
-    def instance_item(self, lease: LeaseRecord) -> bytes: ...
-    def instance_parts(self, instance: InstanceInfo) -> tuple[bytes, bytes]: ...
-    def lease_part(self, lease: LeaseRecord) -> bytes: ...
-    def applications_head(self, *, version: str, hashcode: str) -> bytes: ...
-    def application_block(self, name: str, items: Iterable[bytes]) -> bytes: ...
 
 
 def shape(fmt: Format) -> Shape:

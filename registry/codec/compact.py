@@ -13,15 +13,13 @@ make it stale).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import orjson
 
 from registry.codec import json_codec, xml_codec
+from registry.codec.shape import Shape
 from registry.core.model import InstanceInfo, LeaseRecord
-
-if TYPE_CHECKING:
-    from registry.codec import Shape
 
 AMAZON_KEYS = ("instance-id", "public-ipv4", "public-hostname", "local-ipv4", "availability-zone")
 

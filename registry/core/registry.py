@@ -27,6 +27,7 @@ from registry.core.checks import (
     HeldDown,
     held_by_server,
 )
+from registry.core.conflicts import RemovedHere, StaleReplica
 from registry.core.model import (
     ActionType,
     ChangeEvent,
@@ -44,8 +45,6 @@ from registry.errors import (
     AmbiguousInstance,
     LimitReached,
     RegistryError,
-    RemovedHere,
-    StaleReplica,
     UnknownInstance,
 )
 from rules import CHAIN, Decision, decide

@@ -8,14 +8,12 @@ awaits one (a heartbeat must not pay for a call that does nothing, or for a part
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Collection, Iterator
+from typing import Protocol
 
-from registry.core.app_checks import AppCheck
+from registry.core.app_checks import AppCheck, AppChecks
 from registry.core.model import ChangeEvent, InstanceStatus, Lease, ReplicationAction
 from registry.core.overrides import OverrideChange
-
-if TYPE_CHECKING:
-    from registry.core.registry import Registry
 
 NEWS = (
     "on_change",
@@ -28,13 +26,26 @@ NEWS = (
 )
 
 
+class Loaded(Protocol):
+    """What a part may read of the registry after a bulk load (the registry is one; named
+    here so that this module, which the registry imports, need not import it back)."""
+
+    app_checks: AppChecks
+
+    def applications(self) -> Iterator[tuple[str, Collection[Lease]]]: ...
+
+    def leases(self) -> Iterator[Lease]: ...
+
+    def __len__(self) -> int: ...
+
+
 class Subscriber:
     """A part the registry tells. Each method is one kind of news; the base ones do nothing."""
 
     def on_change(self, event: ChangeEvent) -> None:
         """An instance was added, modified or deleted: every change, in index order."""
 
-    def on_load(self, registry: Registry) -> None:
+    def on_load(self, registry: Loaded) -> None:
         """A bulk load (a warm restart) brought many instances with no event each: take the
         registry as it now is."""
 

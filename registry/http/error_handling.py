@@ -21,6 +21,7 @@ from aiohttp.typedefs import Handler
 
 from registry import errors
 from registry.codec import encode_instance
+from registry.core.conflicts import RemovedHere, StaleReplica
 from registry.http.negotiation import payload, response_format
 
 log = structlog.get_logger()
@@ -38,10 +39,10 @@ STATUS_FOR: dict[type, int] = {
     errors.UnknownApplication: 404,
     errors.AmbiguousInstance: 409,
     errors.NotServed: 403,
-    errors.StaleReplica: 409,
+    StaleReplica: 409,
     errors.LimitReached: 403,
     errors.MemoryFull: 503,
-    errors.RemovedHere: 409,
+    RemovedHere: 409,
     errors.IndexExpired: 410,
     errors.StoreUnavailable: 503,
 }
@@ -64,7 +65,7 @@ def error_response(status: int, error: str, detail: str, **extra: Any) -> web.Re
 def error_answer(request: web.Request, exc: Exception) -> web.Response:
     """The JSON answer to what a handler (or a check before it) raised. An HTTPException
     below 400 (a redirect) is no error: raised again."""
-    if isinstance(exc, errors.StaleReplica):
+    if isinstance(exc, StaleReplica):
         # A peer holds older data than ours: the 409 carries our copy, for it to adopt.
         fmt = response_format(request)
         return payload(request, fmt, encode_instance(fmt, exc.lease), status=409)

@@ -43,7 +43,7 @@ from registry.checks.checker import SKIP_REASONS
 from registry.common.tasks import SLICE, Pacer
 from registry.core.model import ActionType, ChangeEvent
 from registry.core.registry import Registry
-from registry.core.subscriber import Subscriber
+from registry.core.subscriber import Loaded, Subscriber
 from registry.core.zones import zone_of
 from registry.reads.watchers import REASONS
 
@@ -86,7 +86,7 @@ class InstanceCounts(Subscriber):
         elif self._meanwhile is not None:
             self._meanwhile.append((zone, step))
 
-    def on_load(self, registry: Registry) -> None:
+    def on_load(self, registry: Loaded) -> None:
         """Count what the registry holds after a bulk load."""
         # Counted by (app, status) members first, in C: a warm restart loads 100 000.
         counts = Counter(map(_APP_AND_STATUS, registry.leases()))

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import orjson
 from aiohttp import web
@@ -17,12 +17,10 @@ from aiohttp.typedefs import Handler
 
 from registry.http import api_docs
 from registry.http.auth import Plane
-
-if TYPE_CHECKING:
-    from registry.http.routes import Route
+from registry.http.route import Route
 
 BASE = "/eureka"
-Table = Mapping[str, Mapping[str, "Route"]]
+Table = Mapping[str, Mapping[str, Route]]
 
 _SECURITY: dict[Plane, list[dict[str, list[str]]]] = {
     Plane.OPEN: [],

@@ -55,6 +55,7 @@ from registry.codec.checks import (
 )
 from registry.codec.notes import note_from, notes_document, removals_document
 from registry.common.tasks import Pacer
+from registry.core.conflicts import RemovedHere, StaleReplica
 from registry.core.model import InstanceStatus, ReplicationAction
 from registry.core.registry import Registry
 from registry.core.tombstones import Tombstone
@@ -189,9 +190,9 @@ def answer(registry: Registry, item: object, now_ms: int, skew_ms: int) -> dict[
     """Apply one item; its entry in `responseList`."""
     try:
         apply(registry, item, now_ms, skew_ms)
-    except errors.StaleReplica as stale:
+    except StaleReplica as stale:
         return {"statusCode": 409, "responseEntity": json_codec.instance_dict(stale.lease)}
-    except errors.RemovedHere as exc:
+    except RemovedHere as exc:
         return {"statusCode": 409, "error": exc.code, **removal_item(exc.removal)}
     except errors.RegistryError as exc:
         code = status_for(exc)

@@ -32,7 +32,7 @@ from registry.codec import Format, Shape, shape
 from registry.common.tasks import Pacer, Shared, in_passes
 from registry.core.model import ActionType, ChangeEvent, InstanceInfo, Lease
 from registry.core.registry import Registry
-from registry.core.subscriber import Subscriber
+from registry.core.subscriber import Loaded, Subscriber
 from registry.reads.encoded import Block, application_block, compress
 
 VipKey = tuple[bool, str]  # (secure, VIP name)
@@ -88,7 +88,7 @@ class Catalog(Subscriber):
             for by_app in self._encoded.values():
                 by_app.pop(app, None)
 
-    def on_load(self, registry: Registry) -> None:
+    def on_load(self, registry: Loaded) -> None:
         """Registry hook after a bulk load: index the VIPs of everything it now holds."""
         for fmt in Format:
             self._encoded[fmt].clear()

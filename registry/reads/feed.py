@@ -23,7 +23,7 @@ from registry.common.clock import Clock
 from registry.common.hashcode import hash_of_counts
 from registry.core.model import ChangeEvent, InstanceStatus
 from registry.core.registry import Registry
-from registry.core.subscriber import Subscriber
+from registry.core.subscriber import Loaded, Subscriber
 from registry.reads.catalog import Catalog
 from registry.reads.fanout import FanOut
 from registry.reads.interest import AppStatuses, Interest
@@ -69,7 +69,7 @@ class ChangeFeed(Subscriber):
         self.fanout.changed()
         self._wake()
 
-    def on_load(self, registry: Registry) -> None:
+    def on_load(self, registry: Loaded) -> None:
         """Registry hook after a bulk load: wake everyone waiting."""
         self.statuses.clear()
         self.fanout.recount()

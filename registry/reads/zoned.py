@@ -16,7 +16,7 @@ from collections import Counter
 from registry.codec import Format
 from registry.core.model import ActionType, ChangeEvent, InstanceStatus
 from registry.core.registry import Registry
-from registry.core.subscriber import Subscriber
+from registry.core.subscriber import Loaded, Subscriber
 from registry.core.zones import zone_of
 from registry.reads.catalog import Catalog
 from registry.reads.encoded import Block, application_block
@@ -53,7 +53,7 @@ class ZonedBlocks(Subscriber):
             if zone is not None:
                 zones[zone] += 1
 
-    def on_load(self, registry: Registry) -> None:
+    def on_load(self, registry: Loaded) -> None:
         self._zones = None
         self._blocks.clear()
 

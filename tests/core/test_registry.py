@@ -6,13 +6,14 @@ import dataclasses
 
 import pytest
 
+from registry.core.conflicts import StaleReplica
 from registry.core.model import (
     ActionType,
     InstanceStatus,
 )
 from registry.core.overrides import Note, OverrideChange
 from registry.core.registry import Registry
-from registry.errors import LimitReached, StaleReplica, UnknownInstance
+from registry.errors import LimitReached, UnknownInstance
 from tests.factories import T0, make
 from tests.helpers import evict_expired
 from tests.recorders import Changes, OverrideChanges

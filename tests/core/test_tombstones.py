@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import pytest
 
+from registry.core.conflicts import RemovedHere, StaleReplica
 from registry.core.registry import Registry
 from registry.core.tombstones import Tombstone, Tombstones, copy_wins
-from registry.errors import RemovedHere, StaleReplica, UnknownInstance
+from registry.errors import UnknownInstance
 from registry.reads.journal import DeltaJournal
 from registry.store.restore import restore
 from registry.store.sqlite import Store

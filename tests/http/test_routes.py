@@ -13,7 +13,8 @@ from registry.codec.wire import INDEX_HEADER
 from registry.http import api_docs, instance_api
 from registry.http.auth import Plane
 from registry.http.openapi import BASE, described
-from registry.http.routes import UNVERSIONED, VERSIONED, Route
+from registry.http.route import Route
+from registry.http.routes import UNVERSIONED, VERSIONED
 from tests.credentials import AS_ADMIN, AS_CLIENT, AS_PEER, SECURED
 
 SAMPLES = {"app": "ORDERS", "id": "i-1", "vip": "orders", "name": "status.js"}

@@ -29,11 +29,12 @@ from registry.codec import Format
 from registry.common.clock import FakeClock
 from registry.common.hashcode import reconcile_hash
 from registry.common.tasks import Pacer
+from registry.core.conflicts import StaleReplica
 from registry.core.eviction import Evictor
 from registry.core.model import InstanceStatus
 from registry.core.preservation import SelfPreservation
 from registry.core.registry import Registry
-from registry.errors import StaleReplica, UnknownInstance
+from registry.errors import UnknownInstance
 from registry.reads import cache, payloads
 from registry.reads.cache import ResponseCache
 from registry.reads.catalog import Catalog
