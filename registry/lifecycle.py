@@ -21,7 +21,7 @@ and the watch streams all read the phase from here. A move the table does not al
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from enum import StrEnum
 
 import structlog
@@ -72,6 +72,20 @@ class Lifecycle:
             for call in self._on_enter.get(to, ()):
                 call()
         self.reason = reason
+
+    async def running(self) -> AsyncIterator[None]:
+        """The server's whole run (the first of its background contexts, so that it ends last):
+        STOPPED once everything else has stopped. A start that failed or was stopped drains
+        first."""
+        yield
+        if self.phase is not Phase.DRAINING:
+            self.move(Phase.DRAINING, f"stopped while {self.phase.value}: {self.reason}")
+        self.move(Phase.STOPPED, "stopped")
+
+    async def drain(self) -> None:
+        """The server is shutting down: DRAINING, which ends long-polls and watch streams (see
+        `on_enter`) so that they do not hold the shutdown up."""
+        self.move(Phase.DRAINING, "shutting down")
 
     def leave(self, reason: str) -> None:
         """The node is going: still serving, no longer ready."""

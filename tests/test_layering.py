@@ -47,8 +47,17 @@ LAYERS = [
     ("registry/reads", "registry.store"),
     ("registry/reads", "peers"),
     ("registry/store", "registry.http"),
+    ("registry/store", "peers"),
     ("peers", "registry.http"),  # peers replicate; reading HTTP requests is registry.http's
+    ("peers", "registry.store"),  # what the store restored reaches peers as values (joining.py)
     ("registry/http", "peers"),  # handlers reach the peers' parts through the app's keys
+    # The wire formats, the process's health and the server-side checks serve the rest, and
+    # run on their own: none reaches the handlers, the store or the peers.
+    *(
+        (package, forbidden)
+        for package in ("registry/codec", "registry/health", "registry/checks")
+        for forbidden in ("registry.http", "registry.store", "peers")
+    ),
     # What the server and the client share depends on neither.
     ("registry/common", "registry.core"),
     ("registry/common", "registry.client"),

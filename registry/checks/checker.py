@@ -21,7 +21,7 @@ import asyncio
 import heapq
 import random
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,7 +34,7 @@ from registry.checks.probe import Outcome, probe
 from registry.checks.quota import CheckQuota
 from registry.checks.spec import CheckSpec, check_spec
 from registry.common.clock import Clock
-from registry.common.tasks import Pacer, wait_set
+from registry.common.tasks import Loops, Pacer, wait_set
 from registry.core.app_checks import AppCheck
 from registry.core.checks import CHECK_KEY
 from registry.core.model import ActionType, ChangeEvent, InstanceInfo
@@ -110,6 +110,14 @@ class Checker(Subscriber):
         # each (about 2 us) is worked out again only when the members change.
         self._owned: dict[str, bool] = {}
         self._owned_for: tuple[str, ...] = ()
+
+    async def running(self) -> AsyncIterator[None]:
+        """Checks started as they come due while the server runs; this node's own addresses
+        are found first, so that they are refused as destinations before any check runs."""
+        await self.find_own_addresses()
+        async with Loops(self._clock) as loops:
+            loops.start(self.run, name="health_checks")
+            yield
 
     async def find_own_addresses(self) -> None:
         """This node's own addresses, refused as destinations from now on (once, at start:
@@ -384,3 +392,14 @@ class Checker(Subscriber):
             "lastHealthy": None if last is None else last.healthy,
             "lastCheckedAt": checked.last_at_ms or None,
         }
+
+
+async def released(registry: Registry, clock: Clock) -> AsyncIterator[None]:
+    """With checks off (health_checks = false): the holds a store or a peer kept would never be
+    released, so they go as the server starts, and each instance's own claim decides again."""
+    now_ms = clock.wall_ms()
+    for lease in list(registry.leases()):
+        registry.let_go(lease.instance.app, lease.instance.instance_id, now_ms=now_ms)
+    for iid, _ in registry.checks.items():  # of instances not here
+        registry.checks.release(iid)
+    yield

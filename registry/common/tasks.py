@@ -44,7 +44,8 @@ class Loops:
     Each runs as a task named for it. One that dies (its code raised rather than ended) is
     logged with the error and started again after a pause that doubles up to
     RESTART_PAUSE_MAX, so a bug costs a log line a minute rather than the loop for good; one
-    that ends (a start-up sync done) is not. `stop` cancels them all and waits for them.
+    that ends (a start-up sync done) is not. `stop` cancels them all and waits for them, as
+    leaving `async with Loops(clock) as loops:` does.
     """
 
     def __init__(self, clock: Clock) -> None:
@@ -71,6 +72,12 @@ class Loops:
                 log.exception("background_loop_died", loop=name, restart_in=pause)
             await self._clock.sleep(pause)
             pause = min(RESTART_PAUSE_MAX, pause * 2)
+
+    async def __aenter__(self) -> Loops:
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        await self.stop()
 
     async def stop(self) -> None:
         for task in self._tasks:  # all at once: a stop cancelled while it waits leaves none

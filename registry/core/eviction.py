@@ -23,12 +23,12 @@ from __future__ import annotations
 import asyncio
 import random
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 
 import structlog
 
 from registry.common.clock import Clock
-from registry.common.tasks import SLICE, Pacer
+from registry.common.tasks import SLICE, Loops, Pacer
 from registry.core.model import Lease
 from registry.core.preservation import SelfPreservation, forget, renews_recently, weight
 from registry.core.registry import Registry
@@ -57,6 +57,16 @@ class Evictor:
         self._last_recount = clock.monotonic()
         self._recent: deque[tuple[float, int]] = deque()  # (when, how many) in the last window
         self._turns = asyncio.Lock()  # a sweep and a count never interleave
+
+    async def running(self) -> AsyncIterator[None]:
+        """While the server runs: a sweep every interval, and the renewals counted at the end
+        of every window, which self-preservation judges the sweeps by. Timed from the start
+        (a warm restart may take seconds after the evictor was made)."""
+        self._last_run = self._last_recount = self._clock.monotonic()
+        async with Loops(self._clock) as loops:
+            loops.every(self._interval, self.sweep, name="eviction")
+            loops.every(self._preservation.window, self.end_window, name="renewal_count")
+            yield
 
     def limit(self, size: int) -> int:
         """How many leases one sweep may evict from a registry of `size` (contract 8, step 4)."""

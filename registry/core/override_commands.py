@@ -10,12 +10,14 @@ instance (a change event) and hand the admin's call to the replication part.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Iterable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import structlog
 
+from registry.common.clock import Clock
+from registry.common.tasks import Loops
 from registry.core.model import InstanceStatus, Lease, ReplicationAction
 from registry.core.overrides import Note, OverrideAction, Overrides
 from registry.errors import UnknownInstance
@@ -228,6 +230,15 @@ class OverrideCommands:
             (self.expire_override(iid, now_ms=now_ms) or note.app, iid)
             for iid, note in self.overrides.expired(now_ms)
         ]
+
+    async def expiring(self, clock: Clock) -> AsyncIterator[None]:
+        """While the server runs: every second, the overrides whose expiry has come are
+        removed, as an admin's DELETE would (status UNKNOWN)."""
+        async with Loops(clock) as loops:
+            loops.every(
+                1.0, lambda: self.expire_due(now_ms=clock.wall_ms()), name="override_expiry"
+            )
+            yield
 
     def merge_overrides(
         self,

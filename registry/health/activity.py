@@ -9,8 +9,12 @@ is, and nothing when nothing happened.
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+
 import structlog
 
+from registry.common.clock import Clock
+from registry.common.tasks import Loops
 from registry.core.registry import Registry
 
 log = structlog.get_logger()
@@ -20,6 +24,15 @@ class Activity:
     def __init__(self, registry: Registry) -> None:
         self._registry = registry
         self._last = self._counts()
+
+    async def running(self, clock: Clock, interval: float) -> AsyncIterator[None]:
+        """A summary every `interval` while the server runs, and the last one as it stops; the
+        first counts from the start (what a warm restart loaded is not activity)."""
+        self._last = self._counts()
+        async with Loops(clock) as loops:
+            loops.every(interval, self.log, name="activity")
+            yield
+        self.log()
 
     def _counts(self) -> dict[str, int]:
         r = self._registry

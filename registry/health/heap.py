@@ -24,7 +24,10 @@ from __future__ import annotations
 
 import contextlib
 import gc
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
+
+from registry.common.clock import Clock
+from registry.common.tasks import Loops
 
 
 @contextlib.contextmanager
@@ -49,3 +52,15 @@ def freeze() -> None:
     """Collect the young generations, then set everything still alive aside."""
     gc.collect(1)
     gc.freeze()
+
+
+async def freezing(clock: Clock, interval: float) -> AsyncIterator[None]:
+    """While the server runs: the restored registry set aside at once, then every `interval`
+    seconds (`gc_freeze_interval`; 0: never)."""
+    if not interval:
+        yield
+        return
+    freeze()
+    async with Loops(clock) as loops:
+        loops.every(interval, freeze, name="gc_freeze")
+        yield

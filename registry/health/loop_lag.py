@@ -9,6 +9,7 @@ seconds, from one maximum per second, so a reading says what happened lately, no
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 
 from registry.health.histogram import Histogram
 
@@ -27,6 +28,12 @@ class LoopLag:
         self.longest = 0.0  # seconds, since start
         self._second_max = [0.0] * WINDOW  # by whole second, modulo WINDOW
         self._second_at = [0] * WINDOW
+
+    async def running(self) -> AsyncIterator[None]:
+        """Watch the loop while the server runs."""
+        self.start()
+        yield
+        self.stop()
 
     def start(self) -> None:
         loop = asyncio.get_running_loop()

@@ -10,8 +10,13 @@ grow the registry, or the peer has taken the instance already.
 
 from __future__ import annotations
 
+import asyncio
 import os
+from collections.abc import AsyncIterator
 from pathlib import Path
+
+from registry.common.clock import Clock
+from registry.common.tasks import Loops
 
 OF_THE_LIMIT = 0.9
 _CGROUP_LIMITS = (
@@ -25,6 +30,17 @@ class MemoryGuard:
     def __init__(self, watermark_bytes: int) -> None:
         self.watermark = watermark_bytes  # 0: none
         self.resident = 0  # bytes, as last read
+
+    async def running(self, clock: Clock, setting_mb: int) -> AsyncIterator[None]:
+        """While the server runs: the watermark found as it starts, then the resident memory
+        read every second (none without a watermark)."""
+        self.watermark = await asyncio.to_thread(watermark, setting_mb)
+        if not self.watermark:
+            yield
+            return
+        async with Loops(clock) as loops:
+            loops.every(1.0, lambda: asyncio.to_thread(self.sample), name="memory")
+            yield
 
     def sample(self) -> None:
         """Read the resident memory (a file read: call it from a thread)."""

@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 
 import orjson
 
 from registry.codec.json_codec import instance_dict
 from registry.common.clock import Clock
 from registry.common.hashcode import hash_of_counts
+from registry.common.tasks import Loops
 from registry.core.model import ChangeEvent, InstanceStatus
 from registry.core.registry import Registry
 from registry.core.subscriber import Loaded, Subscriber
@@ -74,6 +75,13 @@ class ChangeFeed(Subscriber):
         self.statuses.clear()
         self.fanout.recount()
         self._wake()
+
+    async def beating(self) -> AsyncIterator[None]:
+        """The feed's beat while the server runs: idle watch streams send a comment every
+        KEEPALIVE seconds, so that proxies keep them open."""
+        async with Loops(self._clock) as loops:
+            loops.every(KEEPALIVE, self.beat, name="keepalive")
+            yield
 
     def beat(self) -> None:
         """Wake every stream so that an idle one sends a keepalive."""

@@ -8,9 +8,10 @@ import sqlite3
 from pathlib import Path
 
 from registry import Settings, create_app
-from registry.app import CATALOG_REFRESH, READ_FORMATS_INTERVAL
 from registry.appkeys import CATALOG
 from registry.codec import Format
+from registry.reads.upkeep import CATALOG_REFRESH
+from registry.store.keeping import READ_FORMATS_INTERVAL
 from tests.helpers import JSON, eventually, fetch_json, register
 
 UNREACHABLE_PEER = "http://127.0.0.1:9/eureka/"  # the discard port: nothing answers
