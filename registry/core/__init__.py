@@ -3,8 +3,10 @@ in a command, time passed in; it imports nothing of the read side, HTTP, the sto
 or peers.
 
 - `model`: instances as clients describe them, their leases, and the change events.
-- `registry`: `Registry`, the only owner of state, and its commands on instances and leases;
-  `override_commands` holds its commands on admins' overrides (a base of the class).
+- `registry`: `Registry`, the only owner of state, and its commands on instances and leases.
+  Its other commands are in parts, each a base of the class (`part` declares what they call
+  of it): `override_commands` (admins' overrides) and `check_commands` (health checks' holds
+  and admins' checks).
 - `subscriber`: how the registry tells the parts that follow it (`Registry.subscribe`).
 - `overrides`: the overrides' state: the status each holds, notes (why, who, until when),
   removals, and the telling of their changes.
