@@ -5,8 +5,9 @@ or peers.
 - `model`: instances as clients describe them, their leases, and the change events.
 - `registry`: `Registry`, the only owner of state, and its commands on instances and leases.
   Its other commands are in parts, each a base of the class (`part` declares what they call
-  of it): `override_commands` (admins' overrides) and `check_commands` (health checks' holds
-  and admins' checks).
+  of it): `override_commands` (admins' overrides), `check_commands` (health checks' holds
+  and admins' checks) and `warm_restart` (a store's state taken back); `registration` holds
+  what a registration makes of an instance, for `register` and the warm restart alike.
 - `subscriber`: how the registry tells the parts that follow it (`Registry.subscribe`).
 - `overrides`: the overrides' state: the status each holds, notes (why, who, until when),
   removals, and the telling of their changes.

@@ -1,22 +1,31 @@
 """What the parts of `Registry` call of it, declared once for the type checker.
 
 `Registry` (core/registry.py) is put together from parts, each a base of the class in a file
-of its own: core/override_commands.py and core/check_commands.py. A part calls some of the
-registry's own methods; `RegistryPart`, the base of every part, declares them here (under
-TYPE_CHECKING: nothing of it exists at run time), and core/registry.py defines them. Each
-part annotates the registry's state it uses itself.
+of its own: core/override_commands.py, core/check_commands.py and core/warm_restart.py. A
+part calls some of the registry's own methods; `RegistryPart`, the base of every part,
+declares them here (under TYPE_CHECKING: nothing of it exists at run time), and
+core/registry.py defines them. Each part annotates the registry's state it uses itself.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from registry.core.model import InstanceStatus, Lease, ReplicationAction
+from registry.core.model import InstanceInfo, InstanceStatus, Lease, ReplicationAction
 
 
 class RegistryPart:
     if TYPE_CHECKING:
 
+        def register(
+            self,
+            instance: InstanceInfo,
+            *,
+            now_ms: int,
+            is_replication: bool = False,
+            last_renewal_ms: int | None = None,
+            carried: bool = False,
+        ) -> InstanceInfo: ...
         def find(self, instance_id: str, *, now_ms: int) -> Lease: ...
         def _holds(self, app: str, instance_id: str, now_ms: int) -> bool: ...
         def _live_lease(self, app: str, instance_id: str, now_ms: int) -> Lease: ...

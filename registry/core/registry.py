@@ -9,15 +9,16 @@ part, which sends it to the peers. Subscribers never reach into the dictionaries
 
 This file holds the lease table and the commands on leases; some other commands are in parts
 of their own, the bases of `Registry`: core/override_commands.py (admins' overrides; their
-state in `overrides`) and core/check_commands.py (health checks' holds and admins' checks; in
-`checks`, `app_checks`).
+state in `overrides`), core/check_commands.py (health checks' holds and admins' checks; in
+`checks`, `app_checks`) and core/warm_restart.py (a store's state taken back at start).
+What a registration makes of an instance is in core/registration.py.
 """
 
 from __future__ import annotations
 
 import secrets
 from collections import Counter
-from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from typing import Any
 
 import structlog
@@ -37,18 +38,19 @@ from registry.core.model import (
     check_metadata_size,
 )
 from registry.core.override_commands import OverrideCommands
-from registry.core.overrides import Note, OverrideAction, Overrides
+from registry.core.overrides import OverrideAction, Overrides
+from registry.core.registration import carry_counts, claim_of, registered
 from registry.core.subscriber import Subscriber, wanted
 from registry.core.tombstones import Tombstone, Tombstones
+from registry.core.warm_restart import WarmRestart
 from registry.errors import (
     AmbiguousInstance,
     LimitReached,
-    RegistryError,
     RemovedHere,
     StaleReplica,
     UnknownInstance,
 )
-from rules import CHAIN, Decision, decide
+from rules import CHAIN, decide
 
 log = structlog.get_logger()
 
@@ -58,49 +60,7 @@ _A = ReplicationAction
 _O = OverrideAction
 
 
-_Decided = tuple[InstanceStatus, Decision]  # the chain's answer, and why
-
-
-def _registered(
-    instance: InstanceInfo, status: InstanceStatus, override: InstanceStatus | None, now_ms: int
-) -> InstanceInfo:
-    """The instance as a registration leaves it: with its status from the chain."""
-    return replace(
-        instance,
-        status=status,
-        overridden_status=_UNKNOWN if override is None else override,
-        action_type=ActionType.ADDED,
-        last_updated_ms=now_ms,
-    )
-
-
-def _claimed(instance: InstanceInfo) -> InstanceStatus:
-    """The status a copy (a peer's, a store row) says its client claims. One whose status is
-    its override's says nothing of the client's own: taken as UP, so that this node's override
-    decides, if it has one (an admin's DOWN elsewhere must not pass for the client's own
-    DOWN, which the chain's first rule would keep over any override)."""
-    status = instance.status
-    if status is instance.overridden_status and status is not _UNKNOWN:
-        return _UP
-    return status
-
-
-def _carry_counts(old: Lease, new: Lease) -> None:
-    """A re-registration keeps what its client has delivered (core/preservation.py) over the
-    time since it was first counted: a registration is no renewal, so a lease that only
-    registers again weighs less and less. (A copy renewed earlier than ours, a peer's, moves
-    the start back as much: its span never shrinks.)"""
-    shrunk = max(0, old.last_renewal_ms - new.last_renewal_ms)
-    new.counted_from_ms = old.counted_from_ms and old.counted_from_ms - shrunk
-    new.renewals = old.renewals
-    new.earlier_renewals = old.earlier_renewals
-    new.earlier_ms = old.earlier_ms
-    new.renewals_seen = old.renewals_seen
-    new.renewed = new.renewed or old.renewed
-    new.carried = new.carried or old.carried
-
-
-class Registry(OverrideCommands, CheckCommands):
+class Registry(OverrideCommands, CheckCommands, WarmRestart):
     """Instances, their leases, the commands clients send on them and the reads; its bases
     hold the rest of its commands (see the module's docstring), on the state created here."""
 
@@ -228,7 +188,7 @@ class Registry(OverrideCommands, CheckCommands):
             # How stock Eureka peers hand over an override: it comes in the registration.
             self.overrides.take(registrant.app, iid, registrant.overridden_status, now_ms)
         override = self.overrides.get(iid)
-        claim = _claimed(registrant) if is_replication else registrant.status
+        claim = claim_of(registrant) if is_replication else registrant.status
         if iid in self.checks and not self.asks_check(registrant):
             self.checks.release(iid)  # it asks for no check any more: nothing would release it
         status, decision = decide(
@@ -240,7 +200,7 @@ class Registry(OverrideCommands, CheckCommands):
         )
         lease_ms = instance.duration_secs * 1000  # asked for by this call, as in Eureka
         lease = Lease(
-            instance=_registered(registrant, status, override, now_ms),
+            instance=registered(registrant, status, override, now_ms),
             duration_ms=lease_ms,
             registration_ms=now_ms,
             last_renewal_ms=now_ms if last_renewal_ms is None else min(last_renewal_ms, now_ms),
@@ -251,7 +211,7 @@ class Registry(OverrideCommands, CheckCommands):
             carried=carried,
         )
         if existing is not None:
-            _carry_counts(existing, lease)
+            carry_counts(existing, lease)
         if status is _UP and lease.service_up_ms == 0:
             lease.service_up_ms = now_ms
         if held_by_server(registrant):  # never expires for silence (core/checks.py)
@@ -277,114 +237,6 @@ class Registry(OverrideCommands, CheckCommands):
             )
         if leases is not None and self._max_per_app and len(leases) >= self._max_per_app:
             raise LimitReached(f"{app} has {len(leases)} instances, max_instances_per_application")
-
-    def load(
-        self,
-        instances: Iterable[InstanceInfo],
-        *,
-        now_ms: int,
-        renewals: Iterable[int] | None = None,
-        renewing: Iterable[bool] | None = None,
-    ) -> int:
-        """Register many instances at once into an empty registry, as registrations from a
-        peer would (a warm restart of 100 000 instances). Each gets what `register` would give
-        it, but there is no event: listeners are told once, by their `loaded` hook, and the
-        index moves by one per instance as it would. Returns how many.
-
-        `renewals` (one per instance, a store's): the leases keep these last renewals, which
-        peers weigh against their removals, and get a lease duration from `now_ms` of grace
-        to be renewed before eviction may take them. `renewing` (one per instance, a store's):
-        whether each had been renewed, so that self-preservation expects it to renew (all,
-        when not given)."""
-        stored = iter(renewals) if renewals is not None else None
-        renewed = iter(renewing) if renewing is not None else None
-        if self._apps:
-            raise RegistryError("a bulk load is for an empty registry")
-        overrides = self.overrides
-        # The chain's answer depends only on the claimed status and the override here (no
-        # lease exists, and it counts as a replication): asked once per pair, not per instance.
-        decisions: dict[tuple[InstanceStatus, InstanceStatus | None], _Decided] = {}
-        count = 0
-        for instance in instances:
-            iid = instance.instance_id
-            leases = self._apps.setdefault(instance.app, {})
-            renewal = now_ms if stored is None else min(next(stored), now_ms)
-            was_renewing = stored is not None and (renewed is None or next(renewed))
-            if iid in leases:  # met twice: the second is a re-registration, as ever
-                self.register(instance, now_ms=now_ms, is_replication=True)
-                continue
-            if instance.overridden_status is not _UNKNOWN and iid not in overrides:
-                # A row carrying an override its store's table lacks (written by a release
-                # that could leave them apart): in force, and told, so the store gets it back.
-                overrides.take(instance.app, iid, instance.overridden_status, now_ms)
-            override = overrides.get(iid)
-            claimed = _claimed(instance)
-            decided = decisions.get((claimed, override))
-            if decided is None:
-                decided = decide(CHAIN, claimed, override, None, True)
-                decisions[claimed, override] = decided
-            status, decision = decided
-            if (
-                instance.status is not status
-                or instance.overridden_status is not (override or _UNKNOWN)
-                or instance.action_type is not ActionType.ADDED
-                or instance.last_updated_ms != now_ms
-            ):
-                instance = _registered(instance, status, override, now_ms)
-            duration_ms = instance.duration_secs * 1000
-            server_held = held_by_server(instance)
-            leases[iid] = Lease(
-                instance=instance,
-                duration_ms=duration_ms,
-                registration_ms=now_ms,
-                last_renewal_ms=renewal,
-                service_up_ms=now_ms if status is _UP else 0,
-                decision=decision,
-                grace_until_ms=(
-                    HELD_FOREVER_MS
-                    if server_held
-                    else 0
-                    if stored is None
-                    else now_ms + duration_ms
-                ),
-                counted_from_ms=now_ms + (duration_ms if self._legacy else 0),
-                # A lease the registry holds never renews: no client self-preservation expects
-                renewed=was_renewing and not server_held,
-                carried=was_renewing and not server_held,
-            )
-            self._statuses[status] += 1
-            count += 1
-        self.registrations += count
-        self.index += count
-        for on_load in self._on_load:
-            on_load(self)
-        log.debug("instances_loaded", instances=count)
-        return count
-
-    def restore(
-        self,
-        overrides: Mapping[str, InstanceStatus],
-        index: int,
-        notes: Iterable[tuple[str, Note]] = (),
-        *,
-        tombstones: Iterable[Tombstone] = (),
-        override_removals: Iterable[tuple[str, str, int]] = (),
-        app_checks: Iterable[AppCheck] = (),
-        app_check_removals: Iterable[tuple[str, int]] = (),
-    ) -> None:
-        """Take a store's overrides, their notes, override removals, tombstones, admins'
-        checks and index (a warm restart), before its instances come back: restored instances
-        then show their overrides and get their checks, and the index never goes backwards.
-        No subscriber is told: the store holds them already (see `load` for what its
-        instances may carry beyond them)."""
-        self.overrides.restore(overrides, notes, override_removals)
-        for tombstone in tombstones:
-            self.tombstones.put(tombstone)
-        for check in app_checks:
-            self.app_checks.take(check)
-        for app, at_ms in app_check_removals:
-            self.app_checks.take_removal(app, at_ms)
-        self.index = max(self.index, index)
 
     def adopt(
         self, instance: InstanceInfo, *, now_ms: int, last_renewal_ms: int, renewing: bool = False
