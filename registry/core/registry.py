@@ -7,10 +7,12 @@ to the subscribers (registry/core/subscriber.py): each change of an instance as 
 and each command that came from a client or an admin here (not from a peer) to the replication
 part, which sends it to the peers. Subscribers never reach into the dictionaries here.
 
-This file holds the lease table and the commands on leases; some other commands are in parts
-of their own, the bases of `Registry`: core/override_commands.py (admins' overrides; their
-state in `overrides`), core/check_commands.py (health checks' holds and admins' checks; in
-`checks`, `app_checks`) and core/warm_restart.py (a store's state taken back at start).
+This file holds the lease table, the commands clients send (register, renew, cancel, metadata)
+and the reads. The other commands are in parts of their own, the bases of `Registry`:
+core/override_commands.py (admins' overrides; their state in `overrides`),
+core/check_commands.py (health checks' holds and admins' checks; in `checks`, `app_checks`),
+core/removals.py (evictions, and peers' removals, copies and renewals; the removals
+remembered in `tombstones`) and core/warm_restart.py (a store's state taken back at start).
 What a registration makes of an instance is in core/registration.py.
 """
 
@@ -40,16 +42,11 @@ from registry.core.model import (
 from registry.core.override_commands import OverrideCommands
 from registry.core.overrides import OverrideAction, Overrides
 from registry.core.registration import carry_counts, claim_of, registered
+from registry.core.removals import Removals
 from registry.core.subscriber import Subscriber, wanted
 from registry.core.tombstones import Tombstone, Tombstones
 from registry.core.warm_restart import WarmRestart
-from registry.errors import (
-    AmbiguousInstance,
-    LimitReached,
-    RemovedHere,
-    StaleReplica,
-    UnknownInstance,
-)
+from registry.errors import AmbiguousInstance, LimitReached, StaleReplica, UnknownInstance
 from rules import CHAIN, decide
 
 log = structlog.get_logger()
@@ -60,7 +57,7 @@ _A = ReplicationAction
 _O = OverrideAction
 
 
-class Registry(OverrideCommands, CheckCommands, WarmRestart):
+class Registry(OverrideCommands, CheckCommands, Removals, WarmRestart):
     """Instances, their leases, the commands clients send on them and the reads; its bases
     hold the rest of its commands (see the module's docstring), on the state created here."""
 
@@ -238,60 +235,6 @@ class Registry(OverrideCommands, CheckCommands, WarmRestart):
         if leases is not None and self._max_per_app and len(leases) >= self._max_per_app:
             raise LimitReached(f"{app} has {len(leases)} instances, max_instances_per_application")
 
-    def adopt(
-        self, instance: InstanceInfo, *, now_ms: int, last_renewal_ms: int, renewing: bool = False
-    ) -> bool:
-        """Take a peer's copy of an instance as ours (contract 11.4), renewed when it says.
-
-        For copies the peer holds newer data for: its answer to our heartbeat (409), start-up
-        sync and anti-entropy. Applied as a replication, so it is not sent back out. A copy
-        older than ours (by lastDirtyTimestamp), or one that loses to our removal of the
-        instance (registry/core/tombstones.py), is refused: returns False. The copy's override is
-        taken only where this node has none and removed none (see `merge_overrides`: overrides
-        are decided by when the admin set or removed them, not by whose copy is newer).
-        `renewing`: the copy had been renewed there (self-preservation expects it to renew).
-        """
-        existing = self._apps.get(instance.app, {}).get(instance.instance_id)
-        if existing is not None and existing.instance.last_dirty_ms > instance.last_dirty_ms:
-            return False
-        try:
-            self.register(
-                instance,
-                now_ms=now_ms,
-                is_replication=True,
-                last_renewal_ms=last_renewal_ms,
-                carried=renewing,
-            )
-        except RemovedHere:
-            return False
-        return True
-
-    def bury(self, removal: Tombstone, *, now_ms: int) -> bool:
-        """A peer's removal of an instance (anti-entropy, start-up sync): our copy goes unless
-        it wins over the removal (registry/core/tombstones.py); the removal is remembered when
-        we hold no copy or ours went. Returns whether our copy went.
-
-        A peer's eviction is evidence, not an order: our copy stays, marked, until this node's
-        own eviction takes it (and leaves its own tombstone), first among the expired, when its
-        self-preservation lets it (so no node loses more than its own cap to its peers'
-        evictions). A restored copy's grace ends: the peer saw no renewal either."""
-        lease = self._apps.get(removal.app, {}).get(removal.instance_id)
-        if lease is None:
-            self.tombstones.put(removal)
-            return False
-        if self._survives(lease, removal, now_ms):
-            return False
-        if removal.expired:
-            renewed = self._renewed(lease)
-            if lease.grace_until_ms != HELD_FOREVER_MS and renewed + lease.duration_ms < now_ms:
-                lease.grace_until_ms = 0
-            self.expired_on_peers[removal.app, removal.instance_id] = lease.last_renewal_ms
-            return False
-        self._remove(lease, now_ms, removal)
-        self.cancels += 1
-        log.debug("instance_buried", app=removal.app, instance_id=removal.instance_id)
-        return True
-
     def renew(
         self,
         app: str,
@@ -345,23 +288,6 @@ class Registry(OverrideCommands, CheckCommands, WarmRestart):
             for on_replicate in self._on_replicate:
                 on_replicate(_A.HEARTBEAT, app, instance_id)
 
-    def renewed_elsewhere(
-        self, app: str, instance_id: str, renewed_ms: int, *, now_ms: int
-    ) -> bool:
-        """A peer that does not send us its heartbeats (a stock Eureka server not yet told of
-        this node) shows in its registry that it renewed the lease at `renewed_ms`: ours is
-        renewed then too, as by a replicated heartbeat, when that is later than our own last
-        renewal. Returns whether it was."""
-        lease = self._apps.get(app, {}).get(instance_id)
-        renewed_ms = min(renewed_ms, now_ms)
-        if lease is None or lease.eviction_ms or renewed_ms <= self._renewed(lease):
-            return False
-        try:
-            self.renew(app, instance_id, renewed_ms, is_replication=True)
-        except UnknownInstance:
-            return False
-        return True
-
     def cancel(
         self,
         app: str,
@@ -397,8 +323,6 @@ class Registry(OverrideCommands, CheckCommands, WarmRestart):
         if not is_replication:
             self._replicate(_A.CANCEL, app, instance_id)
 
-    # More commands ----------------------------------------------------------------------
-
     def update_metadata(
         self, app: str, instance_id: str, entries: Mapping[str, str], *, now_ms: int
     ) -> None:
@@ -407,30 +331,6 @@ class Registry(OverrideCommands, CheckCommands, WarmRestart):
         merged = {**instance.metadata, **entries}
         check_metadata_size(merged)
         self.register(replace(instance, metadata=merged), now_ms=now_ms)
-
-    def evict(self, app: str, instance_id: str, *, now_ms: int, extra_ms: int = 0) -> bool:
-        """Remove this lease if it is still expired; whether it went (contract 8).
-
-        The eviction task picks leases and then evicts them over several loop turns, so each is
-        checked again here: it may have renewed or re-registered in between. `extra_ms` is the
-        task's own lateness, so a stalled loop never evicts instances that renewed on time.
-        Overrides stay: an evicted instance that comes back is still under the admin's decision.
-        """
-        lease = self._apps.get(app, {}).get(instance_id)
-        if lease is None or not lease.is_expired(now_ms, extra_ms):
-            return False
-        # All an eviction knows is that no renewal came after the last one seen here.
-        dirty_ms = lease.instance.last_dirty_ms
-        seen = Tombstone(app, instance_id, dirty_ms, self._renewed(lease), expired=True)
-        self._remove(lease, now_ms, seen)
-        self.evictions += 1
-        log.info(
-            "lease_evicted",
-            app=app,
-            instance_id=instance_id,
-            last_renewal_ms=lease.last_renewal_ms,
-        )
-        return True
 
     # Reads -------------------------------------------------------------------------------
 
@@ -521,32 +421,6 @@ class Registry(OverrideCommands, CheckCommands, WarmRestart):
             raise UnknownInstance(f"the lease of {app}/{instance_id} has expired")
         return lease
 
-    def _renewed(self, lease: Lease) -> int:
-        """When the lease was last renewed: the evidence of life a removal is weighed against
-        (legacy expiry stores the renewal a duration ahead)."""
-        return lease.last_renewal_ms - lease.duration_ms if self._legacy else lease.last_renewal_ms
-
-    def _survives(self, lease: Lease, removal: Tombstone, now_ms: int) -> bool:
-        """Whether our lease wins over a peer's removal: by the rule, and only while its own
-        evidence says it lives (a restored lease in its grace, not renewed for longer than its
-        duration, has nothing to set against the removal)."""
-        renewed = self._renewed(lease)
-        return renewed + lease.duration_ms >= now_ms and self.tombstones.copy_wins(
-            lease.instance.last_dirty_ms, renewed, removal
-        )
-
-    def _unbury(self, instance: InstanceInfo, is_replication: bool, renewed_ms: int) -> None:
-        """An instance registers where a removal of it is remembered. A client's own
-        registration always wins; a peer's copy only by the rule (RemovedHere otherwise)."""
-        removal = self.tombstones.get(instance.app, instance.instance_id)
-        if removal is None:
-            return
-        if is_replication and not self.tombstones.copy_wins(
-            instance.last_dirty_ms, renewed_ms, removal
-        ):
-            raise RemovedHere(removal)
-        self.tombstones.lift(instance.app, instance.instance_id)
-
     def _compare_dirty(
         self,
         lease: Lease,
@@ -575,22 +449,6 @@ class Registry(OverrideCommands, CheckCommands, WarmRestart):
             previous, action_type=ActionType.MODIFIED, last_updated_ms=now_ms, **fields
         )
         self._emit(ActionType.MODIFIED, lease, now_ms, previous)
-
-    def _remove(self, lease: Lease, now_ms: int, removal: Tombstone | None = None) -> None:
-        """The lease goes, and a tombstone stays: `removal`'s, or a removal made now."""
-        instance = lease.instance
-        self.tombstones.put(
-            removal or Tombstone(instance.app, instance.instance_id, instance.last_dirty_ms, now_ms)
-        )
-        self.checks.release(instance.instance_id)
-        self.expired_on_peers.pop((instance.app, instance.instance_id), None)
-        leases = self._apps[instance.app]
-        del leases[instance.instance_id]
-        if not leases:
-            del self._apps[instance.app]
-        lease.eviction_ms = now_ms
-        lease.instance = replace(instance, action_type=ActionType.DELETED, last_updated_ms=now_ms)
-        self._emit(ActionType.DELETED, lease, now_ms, instance)
 
     def _emit(
         self, action: ActionType, lease: Lease, now_ms: int, previous: InstanceInfo | None
