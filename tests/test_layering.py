@@ -10,22 +10,29 @@ from pathlib import Path
 
 import pytest
 
+from registry.core.registry import Registry
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def imported(package: str) -> dict[str, set[str]]:
     """Module path -> the modules it imports (absolute names), for every module of `package`."""
-    found = {}
-    for path in sorted((ROOT / package).rglob("*.py")):
-        names = set()
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.Import):
-                names.update(alias.name for alias in node.names)
-            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-                names.add(node.module)
-                names.update(f"{node.module}.{alias.name}" for alias in node.names)
-        found[str(path.relative_to(ROOT))] = names
-    return found
+    return {
+        str(path.relative_to(ROOT)): imports_of(path)
+        for path in sorted((ROOT / package).rglob("*.py"))
+    }
+
+
+def imports_of(path: Path) -> set[str]:
+    """The modules one file imports (absolute names), under TYPE_CHECKING too."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names.add(node.module)
+            names.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return names
 
 
 def of(names: set[str], package: str) -> set[str]:
@@ -122,6 +129,53 @@ def test_the_circle_check_sees_a_type_only_import():
     graph["registry.errors"].add("registry.core.model")
     with pytest.raises(graphlib.CycleError):
         graphlib.TopologicalSorter(graph).prepare()
+
+
+# The parts of `Registry`: its bases, each in a module of its own, and what they share. The
+# registry imports them; a part never imports the registry (it is one of its bases).
+REGISTRY_PARTS = [
+    "registry/core/part.py",
+    "registry/core/override_commands.py",
+    "registry/core/check_commands.py",
+    "registry/core/removals.py",
+    "registry/core/warm_restart.py",
+    "registry/core/registration.py",
+]
+# What a part may import of this project: the core, the shared helpers, the errors, the rules.
+PART_MAY_IMPORT = ("registry.core", "registry.common", "registry.errors", "rules")
+# And beside the standard library, of the packages installed: only these.
+PART_MAY_USE = ("structlog", "msgspec")
+
+
+@pytest.mark.parametrize("module", REGISTRY_PARTS)
+def test_a_part_of_the_registry_imports_only_the_core_and_what_it_rests_on(module):
+    """No aiohttp, nothing of the read side, HTTP, the store, the codecs, health or peers."""
+    outside = {
+        name
+        for name in imports_of(ROOT / module)
+        if not name.startswith(tuple(f"{allowed}." for allowed in PART_MAY_IMPORT))
+        and name not in PART_MAY_IMPORT
+        and name.split(".")[0] not in (*sys.stdlib_module_names, *PART_MAY_USE)
+    }
+    assert set() == outside
+
+
+@pytest.mark.parametrize("module", REGISTRY_PARTS)
+def test_a_part_of_the_registry_does_not_import_the_registry(module):
+    """Not even for the type checker: the registry imports its parts, never the reverse."""
+    assert set() == of(imports_of(ROOT / module), "registry.core.registry")
+
+
+def test_every_base_of_the_registry_is_held_to_the_parts_rules():
+    """A part added to `Registry`'s bases is listed above, and every part listed exists."""
+    bases = {
+        cls.__module__.replace(".", "/") + ".py"
+        for cls in Registry.__mro__
+        if cls.__module__.startswith("registry.") and cls is not Registry
+    }
+    assert bases <= set(REGISTRY_PARTS)
+    for module in REGISTRY_PARTS:
+        assert (ROOT / module).is_file(), module
 
 
 def loaded_by(statement: str) -> list[str]:

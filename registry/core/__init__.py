@@ -3,8 +3,12 @@ in a command, time passed in; it imports nothing of the read side, HTTP, the sto
 or peers.
 
 - `model`: instances as clients describe them, their leases, and the change events.
-- `registry`: `Registry`, the only owner of state, and its commands on instances and leases;
-  `override_commands` holds its commands on admins' overrides (a base of the class).
+- `registry`: `Registry`, the only owner of state: the lease table, the commands clients send
+  and the reads. Its other commands are in parts, each a base of the class (`part` declares
+  what they call of it): `override_commands` (admins' overrides), `check_commands` (health
+  checks' holds and admins' checks), `removals` (evictions, and peers' removals, copies and
+  renewals) and `warm_restart` (a store's state taken back); `registration` holds what a
+  registration makes of an instance, for `register` and the warm restart alike.
 - `subscriber`: how the registry tells the parts that follow it (`Registry.subscribe`).
 - `overrides`: the overrides' state: the status each holds, notes (why, who, until when),
   removals, and the telling of their changes.

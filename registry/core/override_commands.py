@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterable
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
 
 import structlog
 
@@ -20,6 +19,7 @@ from registry.common.clock import Clock
 from registry.common.tasks import Loops
 from registry.core.model import InstanceStatus, Lease, ReplicationAction
 from registry.core.overrides import Note, OverrideAction, Overrides
+from registry.core.part import RegistryPart
 from registry.errors import UnknownInstance
 from rules import Decision, interned
 
@@ -36,27 +36,12 @@ def _admin(action: str, status: InstanceStatus) -> Decision:
     return interned(Decision(action, None, status, None, False))
 
 
-class OverrideCommands:
-    # What these commands use of the registry (core/registry.py).
+class OverrideCommands(RegistryPart):
+    # What these commands use of the registry's state (core/registry.py); its methods they
+    # call are declared in core/part.py.
     overrides: Overrides
     _apps: dict[str, dict[str, Lease]]
     _skew_ms: int
-
-    if TYPE_CHECKING:
-
-        def find(self, instance_id: str, *, now_ms: int) -> Lease: ...
-        def _holds(self, app: str, instance_id: str, now_ms: int) -> bool: ...
-        def _live_lease(self, app: str, instance_id: str, now_ms: int) -> Lease: ...
-        def _change(self, lease: Lease, now_ms: int, **fields: Any) -> None: ...
-        def _replicate(
-            self,
-            action: ReplicationAction,
-            app: str,
-            instance_id: str,
-            status: InstanceStatus | None = None,
-            last_dirty_ms: int | None = None,
-            at_ms: int | None = None,
-        ) -> None: ...
 
     def set_status_override(
         self,

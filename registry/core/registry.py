@@ -6,13 +6,21 @@ to the subscribers (registry/core/subscriber.py): each change of an instance as 
 `ChangeEvent` with the next registry index, each change of an override as an `OverrideChange`,
 and each command that came from a client or an admin here (not from a peer) to the replication
 part, which sends it to the peers. Subscribers never reach into the dictionaries here.
+
+This file holds the lease table, the commands clients send (register, renew, cancel, metadata)
+and the reads. The other commands are in parts of their own, the bases of `Registry`:
+core/override_commands.py (admins' overrides; their state in `overrides`),
+core/check_commands.py (health checks' holds and admins' checks; in `checks`, `app_checks`),
+core/removals.py (evictions, and peers' removals, copies and renewals; the removals
+remembered in `tombstones`) and core/warm_restart.py (a store's state taken back at start).
+What a registration makes of an instance is in core/registration.py.
 """
 
 from __future__ import annotations
 
 import secrets
 from collections import Counter
-from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from typing import Any
 
 import structlog
@@ -20,14 +28,9 @@ from msgspec.structs import replace
 
 from registry.common.hashcode import hash_of_counts
 from registry.core.app_checks import AppCheck, AppChecks
-from registry.core.checks import (
-    CHECK_KEY,
-    HELD_FOREVER_MS,
-    CheckVerdicts,
-    HeldDown,
-    held_by_server,
-)
-from registry.core.conflicts import RemovedHere, StaleReplica
+from registry.core.check_commands import CheckCommands
+from registry.core.checks import HELD_FOREVER_MS, CheckVerdicts, held_by_server
+from registry.core.conflicts import StaleReplica
 from registry.core.model import (
     ActionType,
     ChangeEvent,
@@ -38,16 +41,14 @@ from registry.core.model import (
     check_metadata_size,
 )
 from registry.core.override_commands import OverrideCommands
-from registry.core.overrides import Note, OverrideAction, Overrides
+from registry.core.overrides import OverrideAction, Overrides
+from registry.core.registration import carry_counts, claim_of, registered
+from registry.core.removals import Removals
 from registry.core.subscriber import Subscriber, wanted
 from registry.core.tombstones import Tombstone, Tombstones
-from registry.errors import (
-    AmbiguousInstance,
-    LimitReached,
-    RegistryError,
-    UnknownInstance,
-)
-from rules import CHAIN, Decision, decide
+from registry.core.warm_restart import WarmRestart
+from registry.errors import AmbiguousInstance, LimitReached, UnknownInstance
+from rules import CHAIN, decide
 
 log = structlog.get_logger()
 
@@ -57,61 +58,9 @@ _A = ReplicationAction
 _O = OverrideAction
 
 
-_Decided = tuple[InstanceStatus, Decision]  # the chain's answer, and why
-
-
-def _registered(
-    instance: InstanceInfo, status: InstanceStatus, override: InstanceStatus | None, now_ms: int
-) -> InstanceInfo:
-    """The instance as a registration leaves it: with its status from the chain."""
-    return replace(
-        instance,
-        status=status,
-        overridden_status=_UNKNOWN if override is None else override,
-        action_type=ActionType.ADDED,
-        last_updated_ms=now_ms,
-    )
-
-
-def _claimed(instance: InstanceInfo) -> InstanceStatus:
-    """The status a copy (a peer's, a store row) says its client claims. One whose status is
-    its override's says nothing of the client's own: taken as UP, so that this node's override
-    decides, if it has one (an admin's DOWN elsewhere must not pass for the client's own
-    DOWN, which the chain's first rule would keep over any override)."""
-    status = instance.status
-    if status is instance.overridden_status and status is not _UNKNOWN:
-        return _UP
-    return status
-
-
-def _carry_counts(old: Lease, new: Lease) -> None:
-    """A re-registration keeps what its client has delivered (core/preservation.py) over the
-    time since it was first counted: a registration is no renewal, so a lease that only
-    registers again weighs less and less. (A copy renewed earlier than ours, a peer's, moves
-    the start back as much: its span never shrinks.)"""
-    shrunk = max(0, old.last_renewal_ms - new.last_renewal_ms)
-    new.counted_from_ms = old.counted_from_ms and old.counted_from_ms - shrunk
-    new.renewals = old.renewals
-    new.earlier_renewals = old.earlier_renewals
-    new.earlier_ms = old.earlier_ms
-    new.renewals_seen = old.renewals_seen
-    new.renewed = new.renewed or old.renewed
-    new.carried = new.carried or old.carried
-
-
-def _client_claim(lease: Lease, override: InstanceStatus | None) -> InstanceStatus:
-    """What the lease's client last said of itself, as the chain was last asked (its
-    override's status says nothing of the client: taken as UP)."""
-    decision = lease.decision
-    claim = (
-        lease.instance.status if decision is None or decision.claimed is None else decision.claimed
-    )
-    return _UP if override is not None and claim is override else claim
-
-
-class Registry(OverrideCommands):
-    """Instances, their leases and the commands on them; the commands on admins' overrides
-    are in core/override_commands.py (a base of this class), their state in `overrides`."""
+class Registry(OverrideCommands, CheckCommands, Removals, WarmRestart):
+    """Instances, their leases, the commands clients send on them and the reads; its bases
+    hold the rest of its commands (see the module's docstring), on the state created here."""
 
     def __init__(
         self,
@@ -237,7 +186,7 @@ class Registry(OverrideCommands):
             # How stock Eureka peers hand over an override: it comes in the registration.
             self.overrides.take(registrant.app, iid, registrant.overridden_status, now_ms)
         override = self.overrides.get(iid)
-        claim = _claimed(registrant) if is_replication else registrant.status
+        claim = claim_of(registrant) if is_replication else registrant.status
         if iid in self.checks and not self.asks_check(registrant):
             self.checks.release(iid)  # it asks for no check any more: nothing would release it
         status, decision = decide(
@@ -249,7 +198,7 @@ class Registry(OverrideCommands):
         )
         lease_ms = instance.duration_secs * 1000  # asked for by this call, as in Eureka
         lease = Lease(
-            instance=_registered(registrant, status, override, now_ms),
+            instance=registered(registrant, status, override, now_ms),
             duration_ms=lease_ms,
             registration_ms=now_ms,
             last_renewal_ms=now_ms if last_renewal_ms is None else min(last_renewal_ms, now_ms),
@@ -260,7 +209,7 @@ class Registry(OverrideCommands):
             carried=carried,
         )
         if existing is not None:
-            _carry_counts(existing, lease)
+            carry_counts(existing, lease)
         if status is _UP and lease.service_up_ms == 0:
             lease.service_up_ms = now_ms
         if held_by_server(registrant):  # never expires for silence (core/checks.py)
@@ -278,121 +227,6 @@ class Registry(OverrideCommands):
             self._replicate(_A.REGISTER, registrant.app, iid)
         return lease.instance
 
-    def check_failed(self, app: str, instance_id: str, detail: str, *, now_ms: int) -> bool:
-        """A server-side check holds the instance DOWN (core/checks.py): the chain decides
-        with DOWN as its claim. Whether its status changed (then replicated, as a
-        registration: the status a client's re-registration would carry)."""
-        lease = self._live_lease(app, instance_id, now_ms)
-        override = self.overrides.get(instance_id)
-        new = self.checks.hold(instance_id, _client_claim(lease, override), detail, now_ms)
-        changed = self._restatus(lease, InstanceStatus.DOWN, override, now_ms)
-        if new and not changed:
-            self._hold_changed(lease)
-        return changed
-
-    def check_passed(
-        self, app: str, instance_id: str, *, now_ms: int, replicate: bool = True
-    ) -> bool:
-        """The check no longer holds the instance: the chain decides with its client's own
-        claim again. Whether its status changed. Without `replicate`, this node's alone (a
-        node with checks off lets its own holds go, not its peers')."""
-        if instance_id not in self.checks:
-            return False
-        lease = self._live_lease(app, instance_id, now_ms)  # UnknownInstance: still held
-        return self._release(lease, now_ms, replicate=replicate)
-
-    def let_go(self, app: str, instance_id: str, *, now_ms: int) -> bool:
-        """Nothing will check the instance any more (checks off here, its check removed or
-        out of reach): its hold goes, whether its lease has run out or not (a heartbeat may
-        bring it back), and its client's own claim decides again. Here alone: every node
-        decides so for itself. Whether its status changed."""
-        lease = self._apps.get(app, {}).get(instance_id)
-        if lease is None:
-            self.checks.release(instance_id)
-            return False
-        if instance_id not in self.checks:
-            return False
-        return self._release(lease, now_ms, replicate=False)
-
-    def take_hold(self, lease: Lease, held: HeldDown) -> None:
-        """A peer's hold on an instance this node shows DOWN as it does, and holds not (a
-        copy taken at start-up, or one whose hold was lost): held here too, so the check's
-        recovery releases it wherever it runs."""
-        self.checks.take(lease.instance.instance_id, held)
-        self._hold_changed(lease)
-
-    def _release(self, lease: Lease, now_ms: int, *, replicate: bool) -> bool:
-        claim = self.checks.release(lease.instance.instance_id)
-        assert claim is not None
-        override = self.overrides.get(lease.instance.instance_id)
-        changed = self._restatus(lease, claim, override, now_ms, replicate=replicate)
-        if not changed:
-            self._hold_changed(lease)
-        return changed
-
-    def _hold_changed(self, lease: Lease) -> None:
-        for on_hold in self._on_hold:
-            on_hold(lease)
-
-    def asks_check(self, instance: InstanceInfo) -> bool:
-        """Whether a server-side check applies to `instance`: one its metadata asks for, or
-        an admin's on its application."""
-        return CHECK_KEY in instance.metadata or instance.app in self.app_checks
-
-    def set_app_check(self, check: AppCheck, *, now_ms: int, is_replication: bool = False) -> bool:
-        """An admin's check on an application (core/app_checks.py), here or from a peer:
-        taken when it is the later decision (a peer's from further ahead than the clock skew
-        allowed never is: it would outrank every later call). Whether it was; an admin's call
-        here goes to the peers either way (one may have missed the decision)."""
-        if is_replication and check.set_ms > now_ms + self._skew_ms:
-            return False
-        taken = self.app_checks.take(check)
-        if taken:
-            log.info("app_check_set", app=check.app, check=check.kind, by=check.by)
-            for on_app_check in self._on_app_check:
-                on_app_check(check.app, check)
-        if not is_replication:
-            self._replicate(_A.APP_CHECK, check.app, "", at_ms=check.set_ms)
-        return taken
-
-    def remove_app_check(
-        self, app: str, *, at_ms: int, now_ms: int, is_replication: bool = False
-    ) -> bool:
-        """The admin's check on `app` removed at `at_ms`, when that is the later decision: the
-        instances it held DOWN that ask for no check of their own are released here (every
-        node hears of the removal and releases its own). Whether it was taken."""
-        if is_replication and at_ms > now_ms + self._skew_ms:
-            return False
-        if not self.app_checks.take_removal(app, at_ms):
-            return False
-        log.info("app_check_removed", app=app)
-        for on_app_check in self._on_app_check:
-            on_app_check(app, None)
-        for lease in list(self._apps.get(app, {}).values()):
-            if CHECK_KEY not in lease.instance.metadata:
-                self.let_go(app, lease.instance.instance_id, now_ms=now_ms)
-        if not is_replication:
-            self._replicate(_A.APP_CHECK, app, "", at_ms=at_ms)
-        return True
-
-    def _restatus(
-        self,
-        lease: Lease,
-        claim: InstanceStatus,
-        override: InstanceStatus | None,
-        now_ms: int,
-        *,
-        replicate: bool = True,
-    ) -> bool:
-        instance = lease.instance
-        status, lease.decision = decide(CHAIN, claim, override, instance.status, False)
-        if status is instance.status:
-            return False
-        self._change(lease, now_ms, status=status)
-        if replicate:
-            self._replicate(_A.REGISTER, instance.app, instance.instance_id)
-        return True
-
     def _check_room(self, app: str, leases: dict[str, Lease] | None) -> None:
         if leases is None and self._max_apps and len(self._apps) >= self._max_apps:
             raise LimitReached(
@@ -401,168 +235,6 @@ class Registry(OverrideCommands):
             )
         if leases is not None and self._max_per_app and len(leases) >= self._max_per_app:
             raise LimitReached(f"{app} has {len(leases)} instances, max_instances_per_application")
-
-    def load(
-        self,
-        instances: Iterable[InstanceInfo],
-        *,
-        now_ms: int,
-        renewals: Iterable[int] | None = None,
-        renewing: Iterable[bool] | None = None,
-    ) -> int:
-        """Register many instances at once into an empty registry, as registrations from a
-        peer would (a warm restart of 100 000 instances). Each gets what `register` would give
-        it, but there is no event: listeners are told once, by their `loaded` hook, and the
-        index moves by one per instance as it would. Returns how many.
-
-        `renewals` (one per instance, a store's): the leases keep these last renewals, which
-        peers weigh against their removals, and get a lease duration from `now_ms` of grace
-        to be renewed before eviction may take them. `renewing` (one per instance, a store's):
-        whether each had been renewed, so that self-preservation expects it to renew (all,
-        when not given)."""
-        stored = iter(renewals) if renewals is not None else None
-        renewed = iter(renewing) if renewing is not None else None
-        if self._apps:
-            raise RegistryError("a bulk load is for an empty registry")
-        overrides = self.overrides
-        # The chain's answer depends only on the claimed status and the override here (no
-        # lease exists, and it counts as a replication): asked once per pair, not per instance.
-        decisions: dict[tuple[InstanceStatus, InstanceStatus | None], _Decided] = {}
-        count = 0
-        for instance in instances:
-            iid = instance.instance_id
-            leases = self._apps.setdefault(instance.app, {})
-            renewal = now_ms if stored is None else min(next(stored), now_ms)
-            was_renewing = stored is not None and (renewed is None or next(renewed))
-            if iid in leases:  # met twice: the second is a re-registration, as ever
-                self.register(instance, now_ms=now_ms, is_replication=True)
-                continue
-            if instance.overridden_status is not _UNKNOWN and iid not in overrides:
-                # A row carrying an override its store's table lacks (written by a release
-                # that could leave them apart): in force, and told, so the store gets it back.
-                overrides.take(instance.app, iid, instance.overridden_status, now_ms)
-            override = overrides.get(iid)
-            claimed = _claimed(instance)
-            decided = decisions.get((claimed, override))
-            if decided is None:
-                decided = decide(CHAIN, claimed, override, None, True)
-                decisions[claimed, override] = decided
-            status, decision = decided
-            if (
-                instance.status is not status
-                or instance.overridden_status is not (override or _UNKNOWN)
-                or instance.action_type is not ActionType.ADDED
-                or instance.last_updated_ms != now_ms
-            ):
-                instance = _registered(instance, status, override, now_ms)
-            duration_ms = instance.duration_secs * 1000
-            server_held = held_by_server(instance)
-            leases[iid] = Lease(
-                instance=instance,
-                duration_ms=duration_ms,
-                registration_ms=now_ms,
-                last_renewal_ms=renewal,
-                service_up_ms=now_ms if status is _UP else 0,
-                decision=decision,
-                grace_until_ms=(
-                    HELD_FOREVER_MS
-                    if server_held
-                    else 0
-                    if stored is None
-                    else now_ms + duration_ms
-                ),
-                counted_from_ms=now_ms + (duration_ms if self._legacy else 0),
-                # A lease the registry holds never renews: no client self-preservation expects
-                renewed=was_renewing and not server_held,
-                carried=was_renewing and not server_held,
-            )
-            self._statuses[status] += 1
-            count += 1
-        self.registrations += count
-        self.index += count
-        for on_load in self._on_load:
-            on_load(self)
-        log.debug("instances_loaded", instances=count)
-        return count
-
-    def restore(
-        self,
-        overrides: Mapping[str, InstanceStatus],
-        index: int,
-        notes: Iterable[tuple[str, Note]] = (),
-        *,
-        tombstones: Iterable[Tombstone] = (),
-        override_removals: Iterable[tuple[str, str, int]] = (),
-        app_checks: Iterable[AppCheck] = (),
-        app_check_removals: Iterable[tuple[str, int]] = (),
-    ) -> None:
-        """Take a store's overrides, their notes, override removals, tombstones, admins'
-        checks and index (a warm restart), before its instances come back: restored instances
-        then show their overrides and get their checks, and the index never goes backwards.
-        No subscriber is told: the store holds them already (see `load` for what its
-        instances may carry beyond them)."""
-        self.overrides.restore(overrides, notes, override_removals)
-        for tombstone in tombstones:
-            self.tombstones.put(tombstone)
-        for check in app_checks:
-            self.app_checks.take(check)
-        for app, at_ms in app_check_removals:
-            self.app_checks.take_removal(app, at_ms)
-        self.index = max(self.index, index)
-
-    def adopt(
-        self, instance: InstanceInfo, *, now_ms: int, last_renewal_ms: int, renewing: bool = False
-    ) -> bool:
-        """Take a peer's copy of an instance as ours (contract 11.4), renewed when it says.
-
-        For copies the peer holds newer data for: its answer to our heartbeat (409), start-up
-        sync and anti-entropy. Applied as a replication, so it is not sent back out. A copy
-        older than ours (by lastDirtyTimestamp), or one that loses to our removal of the
-        instance (registry/core/tombstones.py), is refused: returns False. The copy's override is
-        taken only where this node has none and removed none (see `merge_overrides`: overrides
-        are decided by when the admin set or removed them, not by whose copy is newer).
-        `renewing`: the copy had been renewed there (self-preservation expects it to renew).
-        """
-        existing = self._apps.get(instance.app, {}).get(instance.instance_id)
-        if existing is not None and existing.instance.last_dirty_ms > instance.last_dirty_ms:
-            return False
-        try:
-            self.register(
-                instance,
-                now_ms=now_ms,
-                is_replication=True,
-                last_renewal_ms=last_renewal_ms,
-                carried=renewing,
-            )
-        except RemovedHere:
-            return False
-        return True
-
-    def bury(self, removal: Tombstone, *, now_ms: int) -> bool:
-        """A peer's removal of an instance (anti-entropy, start-up sync): our copy goes unless
-        it wins over the removal (registry/core/tombstones.py); the removal is remembered when
-        we hold no copy or ours went. Returns whether our copy went.
-
-        A peer's eviction is evidence, not an order: our copy stays, marked, until this node's
-        own eviction takes it (and leaves its own tombstone), first among the expired, when its
-        self-preservation lets it (so no node loses more than its own cap to its peers'
-        evictions). A restored copy's grace ends: the peer saw no renewal either."""
-        lease = self._apps.get(removal.app, {}).get(removal.instance_id)
-        if lease is None:
-            self.tombstones.put(removal)
-            return False
-        if self._survives(lease, removal, now_ms):
-            return False
-        if removal.expired:
-            renewed = self._renewed(lease)
-            if lease.grace_until_ms != HELD_FOREVER_MS and renewed + lease.duration_ms < now_ms:
-                lease.grace_until_ms = 0
-            self.expired_on_peers[removal.app, removal.instance_id] = lease.last_renewal_ms
-            return False
-        self._remove(lease, now_ms, removal)
-        self.cancels += 1
-        log.debug("instance_buried", app=removal.app, instance_id=removal.instance_id)
-        return True
 
     def renew(
         self,
@@ -617,23 +289,6 @@ class Registry(OverrideCommands):
             for on_replicate in self._on_replicate:
                 on_replicate(_A.HEARTBEAT, app, instance_id)
 
-    def renewed_elsewhere(
-        self, app: str, instance_id: str, renewed_ms: int, *, now_ms: int
-    ) -> bool:
-        """A peer that does not send us its heartbeats (a stock Eureka server not yet told of
-        this node) shows in its registry that it renewed the lease at `renewed_ms`: ours is
-        renewed then too, as by a replicated heartbeat, when that is later than our own last
-        renewal. Returns whether it was."""
-        lease = self._apps.get(app, {}).get(instance_id)
-        renewed_ms = min(renewed_ms, now_ms)
-        if lease is None or lease.eviction_ms or renewed_ms <= self._renewed(lease):
-            return False
-        try:
-            self.renew(app, instance_id, renewed_ms, is_replication=True)
-        except UnknownInstance:
-            return False
-        return True
-
     def cancel(
         self,
         app: str,
@@ -669,8 +324,6 @@ class Registry(OverrideCommands):
         if not is_replication:
             self._replicate(_A.CANCEL, app, instance_id)
 
-    # More commands ----------------------------------------------------------------------
-
     def update_metadata(
         self, app: str, instance_id: str, entries: Mapping[str, str], *, now_ms: int
     ) -> None:
@@ -679,30 +332,6 @@ class Registry(OverrideCommands):
         merged = {**instance.metadata, **entries}
         check_metadata_size(merged)
         self.register(replace(instance, metadata=merged), now_ms=now_ms)
-
-    def evict(self, app: str, instance_id: str, *, now_ms: int, extra_ms: int = 0) -> bool:
-        """Remove this lease if it is still expired; whether it went (contract 8).
-
-        The eviction task picks leases and then evicts them over several loop turns, so each is
-        checked again here: it may have renewed or re-registered in between. `extra_ms` is the
-        task's own lateness, so a stalled loop never evicts instances that renewed on time.
-        Overrides stay: an evicted instance that comes back is still under the admin's decision.
-        """
-        lease = self._apps.get(app, {}).get(instance_id)
-        if lease is None or not lease.is_expired(now_ms, extra_ms):
-            return False
-        # All an eviction knows is that no renewal came after the last one seen here.
-        dirty_ms = lease.instance.last_dirty_ms
-        seen = Tombstone(app, instance_id, dirty_ms, self._renewed(lease), expired=True)
-        self._remove(lease, now_ms, seen)
-        self.evictions += 1
-        log.info(
-            "lease_evicted",
-            app=app,
-            instance_id=instance_id,
-            last_renewal_ms=lease.last_renewal_ms,
-        )
-        return True
 
     # Reads -------------------------------------------------------------------------------
 
@@ -793,32 +422,6 @@ class Registry(OverrideCommands):
             raise UnknownInstance(f"the lease of {app}/{instance_id} has expired")
         return lease
 
-    def _renewed(self, lease: Lease) -> int:
-        """When the lease was last renewed: the evidence of life a removal is weighed against
-        (legacy expiry stores the renewal a duration ahead)."""
-        return lease.last_renewal_ms - lease.duration_ms if self._legacy else lease.last_renewal_ms
-
-    def _survives(self, lease: Lease, removal: Tombstone, now_ms: int) -> bool:
-        """Whether our lease wins over a peer's removal: by the rule, and only while its own
-        evidence says it lives (a restored lease in its grace, not renewed for longer than its
-        duration, has nothing to set against the removal)."""
-        renewed = self._renewed(lease)
-        return renewed + lease.duration_ms >= now_ms and self.tombstones.copy_wins(
-            lease.instance.last_dirty_ms, renewed, removal
-        )
-
-    def _unbury(self, instance: InstanceInfo, is_replication: bool, renewed_ms: int) -> None:
-        """An instance registers where a removal of it is remembered. A client's own
-        registration always wins; a peer's copy only by the rule (RemovedHere otherwise)."""
-        removal = self.tombstones.get(instance.app, instance.instance_id)
-        if removal is None:
-            return
-        if is_replication and not self.tombstones.copy_wins(
-            instance.last_dirty_ms, renewed_ms, removal
-        ):
-            raise RemovedHere(removal)
-        self.tombstones.lift(instance.app, instance.instance_id)
-
     def _compare_dirty(
         self,
         lease: Lease,
@@ -847,22 +450,6 @@ class Registry(OverrideCommands):
             previous, action_type=ActionType.MODIFIED, last_updated_ms=now_ms, **fields
         )
         self._emit(ActionType.MODIFIED, lease, now_ms, previous)
-
-    def _remove(self, lease: Lease, now_ms: int, removal: Tombstone | None = None) -> None:
-        """The lease goes, and a tombstone stays: `removal`'s, or a removal made now."""
-        instance = lease.instance
-        self.tombstones.put(
-            removal or Tombstone(instance.app, instance.instance_id, instance.last_dirty_ms, now_ms)
-        )
-        self.checks.release(instance.instance_id)
-        self.expired_on_peers.pop((instance.app, instance.instance_id), None)
-        leases = self._apps[instance.app]
-        del leases[instance.instance_id]
-        if not leases:
-            del self._apps[instance.app]
-        lease.eviction_ms = now_ms
-        lease.instance = replace(instance, action_type=ActionType.DELETED, last_updated_ms=now_ms)
-        self._emit(ActionType.DELETED, lease, now_ms, instance)
 
     def _emit(
         self, action: ActionType, lease: Lease, now_ms: int, previous: InstanceInfo | None
