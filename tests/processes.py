@@ -1,8 +1,8 @@
 """Registry server processes, as every test that needs a real one starts it: `python -m registry
-serve` on a free loopback port, with settings as REGISTRY_* variables and none inherited from
-the test's own environment, its log (stderr) in a file; waited for until it answers, stopped
-with a signal and waited for. `run` is `python -m registry ...` to its end (the admin commands,
-refused start-ups).
+serve` on a free loopback port, with settings (given as `section__key=value`) as
+REGISTRY_<SECTION>__<KEY> variables and none inherited from the test's own environment, its log
+(stderr) in a file; waited for until it answers, stopped with a signal and waited for. `run` is
+`python -m registry ...` to its end (the admin commands, refused start-ups).
 
 A server is a `subprocess.Popen`, not an asyncio process: a module-scoped fixture may start one
 before any test's event loop exists, and a process is never tied to the loop that started it.
@@ -35,7 +35,8 @@ POLL = 0.02  # seconds between looks at a process that starts or exits
 def registry_env(settings: Mapping[str, object] = {}) -> dict[str, str]:
     """The environment of a server process: this one's without its REGISTRY_* variables (the
     suite's own knobs, such as REGISTRY_CRASH_SEED, are no server settings), and `settings` as
-    REGISTRY_<KEY> variables."""
+    REGISTRY_* variables: a setting named `section__key` (`store__enabled`) as
+    REGISTRY_<SECTION>__<KEY>, any other name (the admin CLI's `user`) as REGISTRY_<NAME>."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("REGISTRY_")}
     return env | {f"REGISTRY_{key.upper()}": _text(value) for key, value in settings.items()}
 

@@ -256,7 +256,7 @@ class Containers:
 
     def node(self, settings: Mapping[str, object], *, aliases: tuple[str, ...] = ()) -> Node:
         """A container of the image, not started, on the network with `aliases`, with
-        `settings` as REGISTRY_<KEY> variables."""
+        `settings` (named `section__key`) as REGISTRY_<SECTION>__<KEY> variables."""
         args = ["--network", self.network]
         args += [f"--network-alias={alias}" for alias in aliases]
         for key, value in settings.items():

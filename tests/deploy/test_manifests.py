@@ -5,7 +5,6 @@ registry's settings, in what no schema can see."""
 from __future__ import annotations
 
 import copy
-import dataclasses
 import re
 from pathlib import Path
 from typing import Any
@@ -17,7 +16,15 @@ import yaml
 
 from registry.http.auth import Plane
 from registry.http.routes import UNVERSIONED
-from registry.settings import ENV_PREFIX, Settings, SettingsError, is_loopback
+from registry.settings import (
+    ENV_PREFIX,
+    KEYS,
+    Settings,
+    SettingsError,
+    env_name,
+    is_loopback,
+    load_settings,
+)
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 MANIFESTS = DEPLOY / "kubernetes"
@@ -216,9 +223,9 @@ class TestFiles:
             for env in generator["envs"]:
                 assert env in ignored
         assert {
-            "REGISTRY_CLIENT_CREDENTIALS",
-            "REGISTRY_ADMIN_CREDENTIALS",
-            "REGISTRY_PEER_CREDENTIAL",
+            "REGISTRY_CREDENTIALS__CLIENTS",
+            "REGISTRY_CREDENTIALS__ADMINS",
+            "REGISTRY_CREDENTIALS__PEER",
         } == set(_generated_secrets()["registry-credentials"])
 
     def test_example_credentials_say_they_are_placeholders(self):
@@ -290,11 +297,13 @@ class TestServices:
 
 class TestSettings:
     def test_every_variable_is_a_setting(self):
-        """Every REGISTRY_* variable the pod gets names a real setting."""
-        known = {f.name for f in dataclasses.fields(Settings)}
+        """Every REGISTRY_* variable the pod gets names a real setting, by its section: none
+        is a deprecated flat name."""
+        known = {env_name(section, key) for section, keys in KEYS.items() for key in keys}
         names = [key for key in _environment() if key.startswith(ENV_PREFIX)]
         assert names
-        assert [] == [n for n in names if n.removeprefix(ENV_PREFIX).lower() not in known]
+        assert [] == [n for n in names if n not in known]
+        assert () == load_settings(environ=_environment()).deprecations
 
     def test_settings_load(self):
         """The pod's environment loads as settings, every reference resolved: the bind is
@@ -304,21 +313,21 @@ class TestSettings:
         assert [] == [key for key, value in env.items() if "$(" in value]
         settings = _settings()
         _, port = _container_port()
-        assert not is_loopback(settings.host)
-        assert settings.secured and settings.peer_credential
+        assert not is_loopback(settings.server.host)
+        assert settings.secured and settings.credentials.peer
         assert [] == settings.missing_credentials()
-        assert port == settings.port == settings.peer_dns_port
+        assert port == settings.server.port == settings.peers.dns_port
         namespace = SAMPLE_POD["metadata.namespace"]
         # Absolute (the final dot): a pod's resolver would try its search domains first.
         assert f"{_headless()['metadata']['name']}.{namespace}.svc.cluster.local." == (
-            settings.peer_dns
+            settings.peers.dns_name
         )
-        own = urlsplit(settings.my_url)
+        own = urlsplit(settings.peers.my_url)
         assert (SAMPLE_POD["status.podIP"], port) == (own.hostname, own.port)
-        assert own.path == settings.peer_dns_path
+        assert own.path == settings.peers.dns_path
         mounts = {m["mountPath"]: m["name"] for m in _container()["volumeMounts"]}
         claims = {c["metadata"]["name"] for c in _statefulset()["spec"]["volumeClaimTemplates"]}
-        assert mounts.get(settings.data_dir) in claims
+        assert mounts.get(settings.store.data_dir) in claims
 
     def test_service_links_cannot_break_the_settings(self):
         """Kubernetes gives a pod REGISTRY_SERVICE_HOST, REGISTRY_PORT=tcp://... and more for a
@@ -348,7 +357,7 @@ class TestSettings:
 
     def test_grace_period_covers_the_shutdown_delay(self):
         """The kubelet waits out the shutdown delay and the drain after it before it kills."""
-        delay = _settings().shutdown_delay
+        delay = _settings().server.shutdown_delay
         assert delay > 0, "without a delay, requests still routed to a stopping pod fail"
         assert _pod_spec()["terminationGracePeriodSeconds"] > delay + SHUTDOWN_MARGIN
 
@@ -405,7 +414,7 @@ class TestContainer:
         container = _container()
         assert container["securityContext"]["readOnlyRootFilesystem"] is True
         mounted = {m["mountPath"] for m in container["volumeMounts"]}
-        assert {_settings().data_dir, "/tmp"} <= mounted
+        assert {_settings().store.data_dir, "/tmp"} <= mounted
 
     def test_env_comes_from_the_configmap_and_the_secret(self):
         """envFrom names the ConfigMap and the generated Secret that exist."""
