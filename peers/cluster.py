@@ -48,15 +48,17 @@ class Cluster(Subscriber):
         self._settings = settings
         self._runs: dict[str, asyncio.Task[None]] = {}
         self._session: aiohttp.ClientSession | None = None
-        self._signer = Signer(settings.peer_credential, clock) if settings.peer_credential else None
+        self._signer = (
+            Signer(settings.credentials.peer, clock) if settings.credentials.peer else None
+        )
         self._local_names: frozenset[str] = frozenset()
         self._local_addresses: set[str] = set()
         self._fanout: tuple[Dispatcher, ...] = ()
         self.membership = Membership(
-            grace=settings.peer_dns_grace,
+            grace=settings.peers.dns_grace,
             dns=(
-                DnsLookups(settings.peer_dns, max_peers=settings.peer_dns_max_peers)
-                if settings.peer_dns
+                DnsLookups(settings.peers.dns_name, max_peers=settings.peers.dns_max_peers)
+                if settings.peers.dns_name
                 else None
             ),
         )
@@ -65,11 +67,11 @@ class Cluster(Subscriber):
 
     async def start(self) -> None:
         self._session = new_session(
-            connect_timeout=self._settings.peer_connect_timeout,
-            read_timeout=self._settings.peer_read_timeout,
+            connect_timeout=self._settings.peers.connect_timeout,
+            read_timeout=self._settings.peers.read_timeout,
         )
-        self._local_names = await asyncio.to_thread(local_names, self._settings.host)
-        self.set_peers(self._settings.peers)
+        self._local_names = await asyncio.to_thread(local_names, self._settings.server.host)
+        self.set_peers(self._settings.peers.urls)
 
     def heard_from_a_peer(self) -> None:
         """A peer called: each peer that could not be reached is tried again soon (which one
@@ -112,7 +114,9 @@ class Cluster(Subscriber):
             if url not in self.dispatchers:
                 # Basic, to a peer that refuses the signature, only where the operator
                 # listed it and said so: never to a peer a DNS answer named.
-                fallback = self._settings.peer_basic_fallback and url in self.membership.static
+                fallback = (
+                    self._settings.credentials.peer_basic_fallback and url in self.membership.static
+                )
                 dispatcher = Dispatcher(
                     PeerClient(self._session, url, self._signer, basic_fallback=fallback),
                     self._registry,
@@ -147,19 +151,19 @@ class Cluster(Subscriber):
         return [dispatcher.peer for dispatcher in self.dispatchers.values()]
 
     def is_self(self, url: str) -> bool:
-        mine = self._settings.my_url
+        mine = self._settings.peers.my_url
         if mine and url.rstrip("/") == mine.rstrip("/"):
             return True
         parts = urlsplit(url)
         port = parts.port or (443 if parts.scheme == "https" else 80)
-        if port != self._settings.port:
+        if port != self._settings.server.port:
             return False
         host = parts.hostname or ""
         try:
             address = ipaddress.ip_address(host)
         except ValueError:
             return host in self._local_names  # a name
-        bound = self._settings.host
+        bound = self._settings.server.host
         if bound in ("", "0.0.0.0", "::"):  # listening on every address this machine has
             return self._is_local(address)
         try:
@@ -209,8 +213,8 @@ class Cluster(Subscriber):
         settings = self._settings
         me = {
             "hostname": socket.gethostname(),  # a pod's name, on Kubernetes
-            "listening": f"{settings.host}:{settings.port}",
-            "myUrl": settings.my_url,
+            "listening": f"{settings.server.host}:{settings.server.port}",
+            "myUrl": settings.peers.my_url,
         }
         return {"self": me, **self.membership.status(self._clock.monotonic())}
 

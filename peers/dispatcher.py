@@ -73,15 +73,15 @@ class Dispatcher:
     ) -> None:
         self.peer = peer
         self._on_return = on_return
-        self.pending = PendingTasks(limit=settings.replication_max_pending)
+        self.pending = PendingTasks(limit=settings.peers.max_pending)
         self.stats = PeerStats()
         self._registry = registry
         self._clock = clock
-        self._batch_size = settings.replication_batch_size
-        self._heartbeat_delay = settings.replication_batch_delay
-        self._change_delay = settings.replication_change_delay
-        self._max_backoff = settings.replication_max_backoff
-        self._probe_interval = settings.peer_probe_interval
+        self._batch_size = settings.peers.batch_size
+        self._heartbeat_delay = settings.peers.batch_delay
+        self._change_delay = settings.peers.change_delay
+        self._max_backoff = settings.peers.max_backoff
+        self._probe_interval = settings.peers.probe_interval
         self._rng = rng or random.Random()
         self._wake = asyncio.Event()
         self._peer_spoke = asyncio.Event()  # a peer called: see heard_from_a_peer

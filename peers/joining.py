@@ -43,7 +43,7 @@ async def joined(
     nothing to restore ("" if it did, may have, or there is none). Both asked as the run
     starts, after the store's restore."""
     peer_dns = None
-    if settings.peer_dns:
+    if settings.peers.dns_name:
         # Imported only when used: dnspython takes 30 ms to import, which every start of a
         # node without peer_dns would pay.
         from peers.peer_dns import PeerDns, refresh
@@ -66,15 +66,15 @@ async def joined(
                 digests,
                 clock,
                 lifecycle,
-                interval=settings.anti_entropy_interval,
-                retry=settings.peer_probe_interval,
+                interval=settings.peers.anti_entropy_interval,
+                retry=settings.peers.probe_interval,
                 soon=cluster.returned,
             ),
             name="anti_entropy",
         )
         if peer_dns is not None:
             loops.every(
-                settings.peer_dns_interval, lambda: refresh(peer_dns, cluster), name="peer_dns"
+                settings.peers.dns_interval, lambda: refresh(peer_dns, cluster), name="peer_dns"
             )
         dns = cluster.membership.dns
         peers_expected = cluster.dispatchers or (dns is not None and not dns.answered)
@@ -86,14 +86,14 @@ async def joined(
                     registry,
                     clock,
                     lifecycle,
-                    budget=settings.peer_sync_budget,
-                    empty_window=settings.peer_sync_empty_window,
+                    budget=settings.peers.sync_budget,
+                    empty_window=settings.peers.sync_empty_window,
                     peers_unknown=lambda: _dns_silent(cluster),
                 ),
                 name="peer_sync",
             )
-        elif store_lost() and not settings.serve_empty_store:
-            window = settings.peer_sync_empty_window
+        elif store_lost() and not settings.store.serve_empty:
+            window = settings.peers.sync_empty_window
             lifecycle.move(
                 Phase.SYNCING,
                 f"the store could not be restored ({store_lost()}) and there is no peer to "

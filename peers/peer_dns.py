@@ -56,13 +56,13 @@ class PeerDns:
     def __init__(self, settings: Settings) -> None:
         self._settings = settings
         self._resolver: dns.asyncresolver.Resolver | None = None
-        self._screen = Screen.for_host(settings.host)
+        self._screen = Screen.for_host(settings.server.host)
 
     async def lookup(self) -> Answer:
         """The peers the name gives now, and the addresses refused; LookupFailed when it
         cannot be told (within the lookup's time, every query included)."""
         resolver = await self._get_resolver()
-        name = self._settings.peer_dns
+        name = self._settings.peers.dns_name
         try:
             async with asyncio.timeout(resolver.lifetime):
                 found = await self._found(resolver, name)
@@ -78,10 +78,10 @@ class PeerDns:
         """Every (address, port) the name gives."""
         srv = await resolver.resolve(name, "SRV", search=True, raise_on_no_answer=False)
         if srv.rrset is None:
-            port = self._settings.peer_dns_port
+            port = self._settings.peers.dns_port
             return {(a, port) for a in await _addresses(resolver, name)}
         targets = _srv_targets(
-            ((r.target, r.port) for r in srv), wanted_port=self._settings.peer_dns_port
+            ((r.target, r.port) for r in srv), wanted_port=self._settings.peers.dns_port
         )
         found = await asyncio.gather(
             *(_target_addresses(resolver, target) for target, _ in targets)
@@ -116,7 +116,7 @@ class PeerDns:
 
     def _make_resolver(self) -> dns.asyncresolver.Resolver:
         """(Blocking: reads resolv.conf when no name servers are set.)"""
-        servers = self._settings.peer_dns_nameservers
+        servers = self._settings.peers.dns_nameservers
         resolver = dns.asyncresolver.Resolver(configure=not servers)
         if servers:
             resolver.nameservers = [
@@ -124,12 +124,12 @@ class PeerDns:
             ]
         resolver.cache = None
         resolver.timeout = ATTEMPT_TIMEOUT
-        resolver.lifetime = min(LOOKUP_TIMEOUT, self._settings.peer_dns_interval)
+        resolver.lifetime = min(LOOKUP_TIMEOUT, self._settings.peers.dns_interval)
         return resolver
 
     def _url(self, address: str, port: int) -> str:
         host = f"[{address}]" if ":" in address else address
-        return f"http://{host}:{port}{self._settings.peer_dns_path}"
+        return f"http://{host}:{port}{self._settings.peers.dns_path}"
 
 
 async def _addresses(

@@ -77,42 +77,43 @@ def create_app(
     """The server. `reload`, when given, re-reads the settings on SIGHUP (peers take effect)."""
     settings = settings or Settings()
     clock = clock or SystemClock()
-    app = web.Application(client_max_size=settings.max_body_bytes)
+    app = web.Application(client_max_size=settings.limits.max_body_bytes)
     registry = Registry(
-        legacy_lease_expiry=settings.legacy_lease_expiry,
-        sync_when_timestamp_differs=settings.sync_when_timestamp_differs,
-        removal_margin_ms=int(settings.removal_margin * 1000),
-        tombstone_retention_ms=int(settings.tombstone_retention * 1000),
-        max_clock_skew_ms=int(settings.max_clock_skew * 1000),
-        max_applications=settings.max_applications,
-        max_instances_per_application=settings.max_instances_per_application,
+        legacy_lease_expiry=settings.leases.legacy_expiry,
+        sync_when_timestamp_differs=settings.leases.sync_when_timestamp_differs,
+        removal_margin_ms=int(settings.leases.removal_margin * 1000),
+        tombstone_retention_ms=int(settings.leases.tombstone_retention * 1000),
+        max_clock_skew_ms=int(settings.leases.max_clock_skew * 1000),
+        max_applications=settings.limits.max_applications,
+        max_instances_per_application=settings.limits.max_instances_per_application,
     )
-    journal = DeltaJournal(retention_ms=int(settings.delta_retention * 1000))
+    journal = DeltaJournal(retention_ms=int(settings.reads.delta_retention * 1000))
     cache = ResponseCache(
-        max_age=settings.response_cache_max_age, read_only=settings.use_read_only_response_cache
+        max_age=settings.reads.response_cache_max_age,
+        read_only=settings.reads.use_read_only_response_cache,
     )
     preservation = SelfPreservation(
-        enabled=settings.self_preservation,
-        percent=settings.renewal_percent_threshold,
-        min_instances=settings.self_preservation_min_instances,
-        recount_interval=settings.renewal_threshold_update_interval,
-        accept_lasting_drop=settings.self_preservation_accept_lasting_drop,
-        window=settings.renewal_window,
+        enabled=settings.self_preservation.enabled,
+        percent=settings.self_preservation.renewal_percent_threshold,
+        min_instances=settings.self_preservation.min_instances,
+        recount_interval=settings.self_preservation.renewal_threshold_update_interval,
+        accept_lasting_drop=settings.self_preservation.accept_lasting_drop,
+        window=settings.self_preservation.renewal_window,
     )
-    catalog = Catalog(registry, max_age=settings.response_cache_max_age)
-    zoned = ZonedBlocks(registry, catalog, max_age=settings.response_cache_max_age)
+    catalog = Catalog(registry, max_age=settings.reads.response_cache_max_age)
+    zoned = ZonedBlocks(registry, catalog, max_age=settings.reads.response_cache_max_age)
     feed = ChangeFeed(registry, clock, journal, catalog)
     counts = InstanceCounts()
     cluster = Cluster(registry, clock, settings)
     digests = Digests(registry)
     quotas = (
-        CredentialQuotas(per_credential=settings.max_instances_per_credential)
-        if settings.max_instances_per_credential
+        CredentialQuotas(per_credential=settings.limits.max_instances_per_credential)
+        if settings.limits.max_instances_per_credential
         else None
     )
     checker = (
         Checker(registry, clock, settings, members=cluster.members)
-        if settings.health_checks
+        if settings.checks.enabled
         else None
     )
     # Who the registry tells, in this order (the store's writer joins as the app starts).
@@ -134,7 +135,7 @@ def create_app(
     lifecycle = Lifecycle()
     keeping = (
         StoreKeeping(settings, clock, registry, journal, catalog, lifecycle)
-        if settings.store
+        if settings.store.enabled
         else None
     )
     credentials = Credentials(settings) if settings.secured else None
@@ -144,8 +145,8 @@ def create_app(
         registry,
         clock,
         preservation,
-        interval=settings.eviction_interval,
-        max_fraction=settings.eviction_max_fraction,
+        interval=settings.leases.eviction_interval,
+        max_fraction=settings.leases.eviction_max_fraction,
     )
 
     app[SETTINGS] = settings
@@ -162,15 +163,15 @@ def create_app(
     app[LIFECYCLE] = lifecycle
     app[REQUESTS] = RequestStats()
     app[LOOP_LAG] = loop_lag
-    app[CONNECTIONS] = Connections(per_address=settings.max_connections_per_address)
+    app[CONNECTIONS] = Connections(per_address=settings.limits.max_connections_per_address)
     app[PAGES] = Recent(max_age=PAGE_MAX_AGE)
     app[TALLIES] = Tallies()
     app[ZONED] = zoned
     app[MEMORY] = memory
     app[QUOTAS] = quotas
     app[LIMITER] = (
-        FetchLimiter(rate=settings.fetch_rate_limit, burst=settings.fetch_burst)
-        if settings.fetch_rate_limit
+        FetchLimiter(rate=settings.limits.fetch_rate_limit, burst=settings.limits.fetch_burst)
+        if settings.limits.fetch_rate_limit
         else None
     )
     app[CREDENTIALS] = credentials
@@ -186,7 +187,7 @@ def create_app(
     running: list[Running | None] = [
         lifecycle.running,  # first, so that it ends last (STOPPED)
         keeping.running if keeping else None,  # the registry is restored before anything runs
-        lambda: memory.running(clock, settings.memory_watermark_mb),
+        lambda: memory.running(clock, settings.limits.memory_watermark_mb),
         lambda: registry.expiring(clock),  # overrides past their expiry
         evictor.running,  # and the renewal counts self-preservation judges it by
         lambda: upkeep(
@@ -195,17 +196,17 @@ def create_app(
             journal,
             cache,
             catalog,
-            cleanup_interval=settings.delta_cleanup_interval,
+            cleanup_interval=settings.reads.delta_cleanup_interval,
             read_only_refresh=(
-                settings.response_cache_update_interval
-                if settings.use_read_only_response_cache
+                settings.reads.response_cache_update_interval
+                if settings.reads.use_read_only_response_cache
                 else None
             ),
         ),
         feed.beating,  # keepalives of idle watch streams
         loop_lag.running,
-        lambda: heap.freezing(clock, settings.gc_freeze_interval),
-        lambda: Activity(registry).running(clock, settings.activity_log_interval),
+        lambda: heap.freezing(clock, settings.server.gc_freeze_interval),
+        lambda: Activity(registry).running(clock, settings.logging.activity_interval),
         checker.running if checker else lambda: released(registry, clock),
         lambda: joined(
             cluster,

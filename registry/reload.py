@@ -53,15 +53,11 @@ async def _reload(
     except Exception as exc:  # a bad edit must not take the node down: keep the old settings
         log.error("settings_reload_failed", detail=str(exc))
         return
-    cluster.set_peers(settings.peers)
-    if _peer_dns_settings(settings) != _peer_dns_settings(started):
+    cluster.set_peers(settings.peers.urls)
+    if settings.peers.dns() != started.peers.dns():
         log.warning("peer_dns_not_reloaded", reason="peer_dns settings take a restart")
     applied = _reload_credentials(credentials, settings)
     log.info("settings_reloaded", peers=list(cluster.dispatchers), credentials=applied)
-
-
-def _peer_dns_settings(settings: Settings) -> tuple[object, ...]:
-    return tuple(getattr(settings, f) for f in Settings.__dataclass_fields__ if "peer_dns" in f)
 
 
 def _reload_credentials(current: Credentials | None, settings: Settings) -> str:

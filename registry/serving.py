@@ -115,7 +115,7 @@ async def serve(
 async def _leave(app: web.Application, again: asyncio.Event) -> None:
     """Serve on, not ready, for `shutdown_delay` (or until a second signal), if this node
     was serving: one that never was has no routes to wait for."""
-    delay, lifecycle = app[SETTINGS].shutdown_delay, app[LIFECYCLE]
+    delay, lifecycle = app[SETTINGS].server.shutdown_delay, app[LIFECYCLE]
     if delay <= 0 or lifecycle.phase is not Phase.SERVING:
         return
     lifecycle.leave(f"shutting down: serving for {delay:g} s more while routes move away")
@@ -136,7 +136,7 @@ class Runner(web.AppRunner):
     def __init__(self, app: web.Application, **kwargs: Any) -> None:
         super().__init__(app, **(SERVER_OPTIONS | kwargs))
         self._connections = app[CONNECTIONS]
-        self._head_timeout = app[SETTINGS].request_head_timeout
+        self._head_timeout = app[SETTINGS].limits.request_head_timeout
 
     async def _make_server(self) -> Server:
         server = await super()._make_server()

@@ -8,11 +8,11 @@ import base64
 from registry import Settings
 
 CLIENT_PW, ADMIN_PW, PEER_PW, TOKEN = "client-pw-1", "admin-pw-2", "peer-pw-3", "token-4"
-SECURED = Settings(
-    client_credentials=(f"svc:{CLIENT_PW}",),
-    admin_credentials=(f"ops:{ADMIN_PW}",),
-    admin_tokens=(TOKEN,),
-    peer_credential=f"peer:{PEER_PW}",
+SECURED = Settings.of(
+    credentials__clients=(f"svc:{CLIENT_PW}",),
+    credentials__admins=(f"ops:{ADMIN_PW}",),
+    credentials__admin_tokens=(TOKEN,),
+    credentials__peer=f"peer:{PEER_PW}",
 )
 
 

@@ -22,12 +22,12 @@ REPLICATION = {"x-netflix-discovery-replication": "true"}
 # Short timings, so that every step of a test takes a second or two at most.
 TIMINGS = {
     # These nodes keep no state on disk: a restarted one starts empty and copies its peers.
-    "store": "false",
-    "replication_batch_delay": 0.05,
-    "replication_max_backoff": 1,
-    "anti_entropy_interval": 1,
-    "peer_sync_budget": 5,
-    "peer_sync_empty_window": 10,
+    "store__enabled": "false",
+    "peers__batch_delay": 0.05,
+    "peers__max_backoff": 1,
+    "peers__anti_entropy_interval": 1,
+    "peers__sync_budget": 5,
+    "peers__sync_empty_window": 10,
 }
 
 
@@ -54,7 +54,7 @@ class Node:
             args += ["--peers", ",".join(base_url(p) for p in peers)]
         if config is not None:
             args += ["--config", str(config)]
-        env = {"log_level": "warning", "log_format": "json", **TIMINGS, **settings}
+        env = {"logging__level": "warning", "logging__format": "json", **TIMINGS, **settings}
         self.server = ServerProcess(log, port, settings=env, args=args)
         self.settings = self.server.settings  # what a test changes here, a restart takes
         self._session = session

@@ -119,7 +119,7 @@ async def test_credentials_are_sent_from_the_environment(aiohttp_server):
 
 async def test_against_a_secured_server_the_admin_token_passes_and_a_client_is_refused(servers):
     """A real secured process: flags beat the environment; a client credential gets 403."""
-    settings = {"client_credentials": "svc:client-pw", "admin_tokens": "adm1n-token"}
+    settings = {"credentials__clients": "svc:client-pw", "credentials__admin_tokens": "adm1n-token"}
     url = (await servers.start(**settings)).eureka
     client = {"user": "svc", "password": "client-pw"}
     code, _, err = await cli("status", "--server", url, **client)

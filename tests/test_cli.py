@@ -55,7 +55,7 @@ async def test_a_shutdown_delay_serves_on_not_ready_until_it_ends(servers):
     """After SIGTERM with `shutdown_delay`, /readyz answers 503 (shutting down) while reads
     and registrations are still answered; a second signal ends the delay, and the node drains
     and exits 0 (long before the 60 s the delay would take)."""
-    server = await servers.start(shutdown_delay=60, store="false")
+    server = await servers.start(server__shutdown_delay=60, store__enabled="false")
     server.send_signal(signal.SIGTERM)
     async with aiohttp.ClientSession() as session:
 
@@ -82,7 +82,7 @@ async def test_a_shutdown_delay_serves_on_not_ready_until_it_ends(servers):
 
 async def test_bad_settings_stop_start_up_naming_the_key():
     """A bad environment value exits 2 with the key in the message."""
-    done = await run("serve", settings={"port": "eighty"})
+    done = await run("serve", settings={"server__port": "eighty"})
     assert 2 == done.returncode
     assert "port: 'eighty' is not a valid int" in done.stderr
 
@@ -121,7 +121,7 @@ async def test_a_corrupt_store_stops_start_up_when_told_to(tmp_path):
         (tmp_path / "data" / "registry.db").write_bytes(garbage)
 
     await asyncio.to_thread(corrupt)
-    done = await run("serve", "--port", str(free_port()), settings={"refuse_corrupt_store": True})
+    done = await run("serve", "--port", str(free_port()), settings={"store__refuse_corrupt": True})
     assert 2 == done.returncode
     assert "is not a sound database" in done.stderr
     assert garbage == await asyncio.to_thread((tmp_path / "data" / "registry.db").read_bytes)

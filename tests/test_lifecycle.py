@@ -114,7 +114,10 @@ async def test_a_real_process_syncs_serves_and_drains(servers):
     then SERVING (200); SIGTERM drains and stops it, and it exits 0."""
     peer = f"http://127.0.0.1:{free_port()}/eureka/"
     server = servers.new(
-        args=["--peers", peer], peer_sync_budget=0.5, peer_sync_empty_window=3, log_format="json"
+        args=["--peers", peer],
+        peers__sync_budget=0.5,
+        peers__sync_empty_window=3,
+        logging__format="json",
     )
     phases: list[tuple[int, str]] = []
 
@@ -141,7 +144,7 @@ async def test_a_request_still_running_does_not_hold_the_stop(servers):
     """A registration whose body has half arrived holds its handler for the body's 10 s;
     SIGTERM stops the process within SHUTDOWN_TIMEOUT (5 s) all the same, and the log says
     which request it waited for (aiohttp's own default waits a minute)."""
-    server = servers.new(log_format="json")
+    server = servers.new(logging__format="json")
     await server.start()
     host, port = server.base.removeprefix("http://").split(":")
     _, writer = await asyncio.open_connection(host, int(port))
@@ -170,7 +173,11 @@ async def store_dir(tmp_path: Path) -> Path:
 
 
 def store_settings(data_dir: Path, busy_timeout: float) -> dict[str, object]:
-    return {"data_dir": data_dir, "store_busy_timeout": busy_timeout, "log_format": "json"}
+    return {
+        "store__data_dir": data_dir,
+        "store__busy_timeout": busy_timeout,
+        "logging__format": "json",
+    }
 
 
 @pytest.mark.slow

@@ -37,7 +37,7 @@ async def test_aiohttps_own_records_are_json_and_an_undrained_bad_body_is_no_err
     """A GET carrying a deflate body that cannot be decoded: the handler answers without
     reading it, aiohttp fails to drain it and logs that through the standard library. Every
     line stays JSON, and that record (no fault of the server) is left out."""
-    server = await servers.start(store="false", log_format="json")
+    server = await servers.start(store__enabled="false", logging__format="json")
     reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
     body = b"not deflate at all"
     writer.write(

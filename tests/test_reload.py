@@ -21,7 +21,7 @@ KEPT, REMOVED = "svc:kept-pw", "old:removed-pw"
 
 def config(*clients: str) -> str:
     listed = ", ".join(f'"{c}"' for c in clients)
-    return f'client_credentials = [{listed}]\nadmin_credentials = ["ops:admin-pw"]\n'
+    return f'[credentials]\nclients = [{listed}]\nadmins = ["ops:admin-pw"]\n'
 
 
 async def status_as(session: aiohttp.ClientSession, port: int, credential: str) -> int:
@@ -40,7 +40,7 @@ async def reloaded(server: ServerProcess, path: Path, text: str) -> dict[str, An
 async def test_a_removed_client_credential_is_refused_after_sighup(servers, tmp_path):
     path = tmp_path / "node.toml"
     await asyncio.to_thread(path.write_text, config(KEPT, REMOVED))
-    server = await servers.start(args=["--config", str(path)], ready=None, log_format="json")
+    server = await servers.start(args=["--config", str(path)], ready=None, logging__format="json")
     async with aiohttp.ClientSession() as session:
         await eventually(lambda: _answers(session, server.port, REMOVED), lambda s: s == 200)
         await reloaded(server, path, config(KEPT))
@@ -57,7 +57,7 @@ async def test_turning_credentials_on_needs_a_restart(servers, tmp_path):
     with a warning saying so, and the node goes on as it was."""
     path = tmp_path / "node.toml"
     await asyncio.to_thread(path.write_text, "")
-    server = await servers.start(args=["--config", str(path)], ready=None, log_format="json")
+    server = await servers.start(args=["--config", str(path)], ready=None, logging__format="json")
     async with aiohttp.ClientSession() as session:
         await eventually(lambda: _answers(session, server.port, KEPT), lambda s: s == 200)
         await reloaded(server, path, config(KEPT))
@@ -83,9 +83,9 @@ async def test_a_changed_peer_dns_says_it_takes_a_restart(servers, tmp_path):
     """peer_dns and its settings are read at start: a SIGHUP changing them warns so."""
     path = tmp_path / "node.toml"
     await asyncio.to_thread(path.write_text, "")
-    server = await servers.start(args=["--config", str(path)], ready=None, log_format="json")
+    server = await servers.start(args=["--config", str(path)], ready=None, logging__format="json")
     await server.wait_ready()
-    await reloaded(server, path, 'peer_dns = "registry-peers.test"\n')
+    await reloaded(server, path, '[peers]\ndns_name = "registry-peers.test"\n')
     assert 0 == await server.stop()
     lines = await server.log_lines()
     assert "take a restart" in lines_of(lines, "peer_dns_not_reloaded")["reason"]

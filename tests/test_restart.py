@@ -75,7 +75,9 @@ class Server:
 
 @pytest.fixture
 async def server(servers: Servers, tmp_path: Path) -> AsyncIterator[Server]:
-    process = servers.new(data_dir=tmp_path / "data", log_level="warning", log_format="json")
+    process = servers.new(
+        store__data_dir=tmp_path / "data", logging__level="warning", logging__format="json"
+    )
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as session:
         yield Server(session, process)
 

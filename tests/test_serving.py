@@ -25,7 +25,7 @@ MANY_HEADERS = b"".join(b"X-%d: y\r\n" % n for n in range(40_000))
 
 @pytest.fixture
 def settings() -> Settings:
-    return Settings(store=False)
+    return Settings.of(store__enabled=False)
 
 
 @pytest.fixture
@@ -165,7 +165,11 @@ async def status_on(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) 
 class TestConnections:
     @pytest.fixture
     def settings(self) -> Settings:
-        return Settings(store=False, max_connections_per_address=3, request_head_timeout=0.3)
+        return Settings.of(
+            store__enabled=False,
+            limits__max_connections_per_address=3,
+            limits__request_head_timeout=0.3,
+        )
 
     async def test_an_address_over_its_cap_is_closed_as_it_connects(self, served):
         port, app = served

@@ -99,12 +99,12 @@ class Checker(Subscriber):
         self._due: list[tuple[float, int, Checked]] = []  # (when, order, what)
         self._order = 0
         self._wake = asyncio.Event()
-        self._bucket = node_bucket(settings.health_check_rate, clock.monotonic())
-        self._addresses = AddressSlots(settings.health_check_rate_per_address)
+        self._bucket = node_bucket(settings.checks.rate, clock.monotonic())
+        self._addresses = AddressSlots(settings.checks.rate_per_address)
         self.destinations = Destinations(settings)
-        self.quota = CheckQuota(per_credential=settings.health_check_max_per_credential)
+        self.quota = CheckQuota(per_credential=settings.checks.max_per_credential)
         self._running: set[asyncio.Task[None]] = set()
-        self._slots = asyncio.Semaphore(settings.health_check_concurrency)
+        self._slots = asyncio.Semaphore(settings.checks.concurrency)
         self.stats = CheckStats()
         # Which instances this node checks, as of the members it was worked out for: a hash
         # each (about 2 us) is worked out again only when the members change.
@@ -122,7 +122,7 @@ class Checker(Subscriber):
     async def find_own_addresses(self) -> None:
         """This node's own addresses, refused as destinations from now on (once, at start:
         it resolves the machine's name, off the loop)."""
-        found = await asyncio.to_thread(own_addresses, self._settings.host)
+        found = await asyncio.to_thread(own_addresses, self._settings.server.host)
         self.destinations.know_own(found)
         log.debug("own_addresses_found", addresses=sorted(found))
 
@@ -226,7 +226,7 @@ class Checker(Subscriber):
             await asyncio.gather(*self._running, return_exceptions=True)
             # A task cancelled before it ran never released its slot: start afresh, should
             # this loop be run again.
-            self._slots = asyncio.Semaphore(self._settings.health_check_concurrency)
+            self._slots = asyncio.Semaphore(self._settings.checks.concurrency)
             for checked in self.checked.values():
                 checked.running = False
 
@@ -289,7 +289,7 @@ class Checker(Subscriber):
         release takes: a node that has just taken a check over knows nothing yet. Paced: a
         node may check 100 000 instances."""
         checks, pacer = self._registry.checks, Pacer()
-        enough = self._settings.health_check_successes
+        enough = self._settings.checks.successes
         found = {}
         for iid, checked in list(self.checked.items()):
             held = iid in checks
@@ -346,13 +346,13 @@ class Checker(Subscriber):
             if outcome.healthy:
                 checked.failures, checked.successes = 0, checked.successes + 1
                 held = checked.instance_id in registry.checks
-                if held and checked.successes >= settings.health_check_successes:
+                if held and checked.successes >= settings.checks.successes:
                     registry.check_passed(checked.app, checked.instance_id, now_ms=now_ms)
                     log.info("check_passed", app=checked.app, instance_id=checked.instance_id)
                 return
             stats.failures += 1
             checked.successes, checked.failures = 0, checked.failures + 1
-            if checked.failures >= settings.health_check_failures:
+            if checked.failures >= settings.checks.failures:
                 changed = registry.check_failed(
                     checked.app, checked.instance_id, outcome.detail, now_ms=now_ms
                 )

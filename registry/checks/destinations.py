@@ -61,10 +61,9 @@ class Destinations:
     """The rules above for one node: its settings and its own addresses."""
 
     def __init__(self, settings: Settings, own: Iterable[str] = ()) -> None:
-        self.loopback = settings.health_check_loopback
+        self.loopback = settings.checks.loopback
         self.networks: tuple[IPNetwork, ...] = tuple(
-            ipaddress.ip_network(network, strict=False)
-            for network in settings.health_check_networks
+            ipaddress.ip_network(network, strict=False) for network in settings.checks.networks
         )
         self.own: frozenset[IPAddress] = frozenset()
         self.know_own(own)

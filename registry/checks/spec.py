@@ -83,14 +83,14 @@ def check_spec(
         return None
     if kind not in KINDS:
         raise BadInput(f"metadata.{KIND}", f"{shown(kind)} is not one of {', '.join(KINDS)}")
-    if client and not settings.health_check_clients:
+    if client and not settings.checks.clients:
         raise BadInput(
             f"metadata.{KIND}",
             "health_check_clients is off: this registry runs no check an instance asks for",
         )
     interval = _seconds(metadata, INTERVAL, DEFAULT_INTERVAL, MIN_INTERVAL, MAX_INTERVAL)
     if client:  # raised, not refused: a client that asks often still gets its checks
-        interval = max(interval, settings.health_check_min_interval)
+        interval = max(interval, settings.checks.min_interval)
     longest = min(MAX_TIMEOUT, interval)  # a check ends before the next is due
     timeout = _seconds(metadata, TIMEOUT, min(DEFAULT_TIMEOUT, longest), 0.1, longest)
     return _spec(instance, kind, interval, timeout, None, destinations, client)

@@ -71,7 +71,7 @@ def from_this_site(settings: Settings) -> Check:
     to this loopback address (DNS rebinding) would reach every plane: then only loopback Host
     names are answered.
     """
-    loopback_only = not settings.secured and not settings.insecure_public_bind
+    loopback_only = not settings.secured and not settings.server.insecure_public_bind
 
     def check(request: web.Request) -> None:
         if request.method not in ("GET", "HEAD") and _cross_site(request):

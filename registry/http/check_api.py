@@ -57,7 +57,7 @@ async def set_app_check(request: web.Request) -> web.Response:
     # clock did (core/app_checks.py).
     at_ms = registry.app_checks.next_ms(app, now_ms)
     check = app_check_from(app, body, now_ms=at_ms, by=auth.principal(request))
-    if not settings.health_checks:
+    if not settings.checks.enabled:
         raise BadInput(
             "check",
             "health_checks is off on this node: it would run no check; ask a node with checks on",

@@ -42,21 +42,23 @@ class Credentials:
     def update(self, settings: Settings) -> None:
         """Take `settings`' credentials instead (a reload): the next request is checked
         against them."""
-        basic = [(c, Role.CLIENT) for c in settings.client_credentials]
-        basic += [(c, Role.ADMIN) for c in settings.admin_credentials]
-        if settings.peer_credential:
-            basic.append((settings.peer_credential, Role.PEER))
+        basic = [(c, Role.CLIENT) for c in settings.credentials.clients]
+        basic += [(c, Role.ADMIN) for c in settings.credentials.admins]
+        if settings.credentials.peer:
+            basic.append((settings.credentials.peer, Role.PEER))
         self._basic = [(_digest(c.encode()), role) for c, role in basic]
-        self._tokens = [(_digest(t.encode()), Role.ADMIN) for t in settings.admin_tokens]
+        self._tokens = [
+            (_digest(t.encode()), Role.ADMIN) for t in settings.credentials.admin_tokens
+        ]
         # What a peer's signed request is checked with (registry/http/peer_signatures.py)
-        credential = settings.peer_credential
+        credential = settings.credentials.peer
         self.peer_key = peer_key(credential) if credential else None
         self.peer_user = credential.partition(":")[0]
         # Client users bound to applications (`client_applications`); others are not bound.
-        self.applications = client_applications(settings.client_applications)
+        self.applications = client_applications(settings.credentials.client_applications)
         # The names their instances may give as VIP addresses: their applications' and those
         # `client_vip_addresses` adds (upper case: compared whatever the case).
-        listed = client_vip_addresses(settings.client_vip_addresses)
+        listed = client_vip_addresses(settings.credentials.client_vip_addresses)
         self.vip_addresses = {
             user: apps | listed.get(user, frozenset()) for user, apps in self.applications.items()
         }

@@ -71,14 +71,14 @@ async def delta(request: web.Request) -> web.Response:
     """GET apps/delta; with `?index=N` the changes after index N only, and with `&wait=30s`
     held until there are some (a long-poll), or answered empty when the wait is over."""
     request.app[LIFECYCLE].check_reads()
-    if request.app[SETTINGS].disable_delta:
+    if request.app[SETTINGS].reads.disable_delta:
         raise NotServed("deltas are disabled on this server; fetch apps/ instead")
     registry, journal, clock = request.app[REGISTRY], request.app[JOURNAL], request.app[CLOCK]
     if journal.purge(now_ms=clock.wall_ms()):  # cheap when nothing is due: retention is exact
         request.app[CACHE].drop_delta()
     fmt = document_format(request)
     since = epoch = wait = None
-    if request.app[SETTINGS].long_poll:  # else, as a stock Eureka server: never read
+    if request.app[SETTINGS].reads.long_poll:  # else, as a stock Eureka server: never read
         query = params.query_string(request)
         since = params.registry_index(params.query_value(query, "index"), "index")
         epoch = params.query_value(query, "epoch")

@@ -28,7 +28,7 @@ def _may_hold_lease(request: web.Request, instance: InstanceInfo) -> None:
     and needs a check: nothing else would ever mark it DOWN."""
     if not auth.may_administer(request):
         raise Forbidden(f"{SERVER_LEASE_KEY} = server: only an admin registers such an instance")
-    if not request.app[SETTINGS].health_checks:
+    if not request.app[SETTINGS].checks.enabled:
         raise BadInput(
             f"metadata.{SERVER_LEASE_KEY}",
             "health_checks is off on this node: an instance the registry holds would never be "
@@ -127,12 +127,12 @@ def _dated_here(
     would outrank its owner's later ones for minutes. Its client, still holding its own
     timestamp, is answered 404 at a heartbeat while ours is behind and registers again: one
     registration a heartbeat until its clock and ours agree within the skew."""
-    lead_ms = int(settings.client_clock_skew * 1000)
+    lead_ms = int(settings.leases.client_clock_skew * 1000)
     if instance.last_dirty_ms - now_ms <= lead_ms:
         return instance, None
     said = (
         f"dated ahead: lastDirtyTimestamp {instance.last_dirty_ms} taken as {now_ms + lead_ms}, "
-        f"{settings.client_clock_skew:g} s ahead of this node's clock (client_clock_skew)"
+        f"{settings.leases.client_clock_skew:g} s ahead of this node's clock (client_clock_skew)"
     )
     return replace(instance, last_dirty_ms=now_ms + lead_ms), said
 

@@ -93,7 +93,7 @@ def _names(value: str | None, field: str) -> list[str]:
 
 def skew_ms(request: web.Request) -> int:
     """How far ahead of this node's clock a client's lastDirtyTimestamp may be."""
-    return int(request.app[SETTINGS].max_clock_skew * 1000)
+    return int(request.app[SETTINGS].leases.max_clock_skew * 1000)
 
 
 def checked_dirty_ms(request: web.Request, query: str, *, now_ms: int) -> int | None:

@@ -38,7 +38,7 @@ PREFIXES = ("/eureka", "/eureka/v2", "/eureka/v1")
 
 
 def _heartbeat(app: web.Application) -> Handler:
-    skew_ms = int(app[SETTINGS].max_clock_skew * 1000)
+    skew_ms = int(app[SETTINGS].leases.max_clock_skew * 1000)
     return instance_api.heartbeat_handler(app[REGISTRY], app[CLOCK], skew_ms, app[CREDENTIALS])
 
 
@@ -142,7 +142,9 @@ def add_routes(app: web.Application) -> None:
     settings = app[SETTINGS]
     credentials = app[CREDENTIALS]
     # One for every route: a nonce seen on one path is a replay on any other
-    signatures = PeerSignatures(app[CLOCK], window=settings.max_clock_skew, my_url=settings.my_url)
+    signatures = PeerSignatures(
+        app[CLOCK], window=settings.leases.max_clock_skew, my_url=settings.peers.my_url
+    )
 
     def wrap(route: Route, endpoint: str, method: str) -> Handler:
         """`route`'s handler for `method` behind its checks, in order: the browser checks, the

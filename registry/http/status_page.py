@@ -102,7 +102,7 @@ def _base(request: web.Request) -> str:
 
 
 def _trusted(request: web.Request) -> bool:
-    proxies = request.app[SETTINGS].trusted_proxies
+    proxies = request.app[SETTINGS].server.trusted_proxies
     if not proxies or request.remote is None:
         return False
     try:
@@ -121,7 +121,7 @@ async def _render(request: web.Request, admin: bool, base: str, filters: Filters
         "base": base,
         "index": registry.index,  # what the page shows, at least: the script watches from here
         "epoch": escape(registry.epoch),
-        "watch": "true" if request.app[SETTINGS].watch else "false",
+        "watch": "true" if request.app[SETTINGS].reads.watch else "false",
         "viewer": _viewer(request),
         "summary": _summary(request.app, now_ms, tallies.zones(), admin),
         "app_value": escape(filters.app.lower()),

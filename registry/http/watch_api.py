@@ -64,7 +64,7 @@ REFUSED_RETRY_AFTER = "30"  # seconds: streams last; one closing frees a place o
 
 async def watch(request: web.Request) -> web.StreamResponse:
     request.app[LIFECYCLE].check_reads()
-    if not request.app[SETTINGS].watch:
+    if not request.app[SETTINGS].reads.watch:
         raise NotServed(
             "the watch stream is turned off on this server (watch = false); long-poll "
             "apps/delta?index=N&wait=30s or poll apps/delta instead"
@@ -127,7 +127,10 @@ def _admitted(request: web.Request) -> Iterator[None]:
     settings, streams = request.app[SETTINGS], request.app[FEED].streams
     user = auth.principal(request)
     client = f"credential {user}" if user is not None else f"address {client_key(request.remote)}"
-    per_node, per_client = settings.watch_streams_max, settings.watch_streams_per_credential
+    per_node, per_client = (
+        settings.reads.watch_streams_max,
+        settings.reads.watch_streams_per_credential,
+    )
     refused = streams.admit(client, per_node=per_node, per_client=per_client)
     if refused == NODE:
         raise TooManyRequests(

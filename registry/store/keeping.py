@@ -51,12 +51,12 @@ class StoreKeeping:
         self._catalog = catalog
         self._lifecycle = lifecycle
         self.writer = StoreWriter(
-            Path(settings.data_dir) / "registry.db",
+            Path(settings.store.data_dir) / "registry.db",
             registry,
             clock,
             late_restore=self._late_restore,
-            busy_timeout_ms=int(settings.store_busy_timeout * 1000),
-            refuse_corrupt=settings.refuse_corrupt_store,
+            busy_timeout_ms=int(settings.store.busy_timeout * 1000),
+            refuse_corrupt=settings.store.refuse_corrupt,
         )
         self.restored = 0  # instances the warm restart brought back
         self._remembered: list[Format] = []  # the formats written down as read
@@ -72,13 +72,13 @@ class StoreKeeping:
 
     async def running(self) -> AsyncIterator[None]:
         """The store for the server's run: restored from, then written to until shutdown."""
-        held = await asyncio.to_thread(lock_data_dir, Path(self._settings.data_dir))
+        held = await asyncio.to_thread(lock_data_dir, Path(self._settings.store.data_dir))
         try:
             self._registry.subscribe(self.writer)
             await self._restore()
             async with Loops(self._clock) as loops:
                 loops.every(
-                    self._settings.store_flush_interval,
+                    self._settings.store.flush_interval,
                     self.writer.flush_logged,
                     name="store_flush",
                 )
@@ -92,7 +92,7 @@ class StoreKeeping:
     async def _restore(self) -> None:
         writer, lifecycle, clock = self.writer, self._lifecycle, self._clock
         lifecycle.move(Phase.RESTORING, f"reading {writer.path}")
-        with heap.collections_paused(then_freeze=self._settings.gc_freeze_interval > 0):
+        with heap.collections_paused(then_freeze=self._settings.server.gc_freeze_interval > 0):
             snapshot = await writer.open()  # None: unavailable; degraded until a flush opens it
             if snapshot is not None:
                 self.restored = restore(
@@ -111,10 +111,10 @@ class StoreKeeping:
     async def _forget_old_history(self) -> None:
         now_ms, settings = self._clock.wall_ms(), self._settings
         await self.writer.forget_history(
-            before_ms=now_ms - int(settings.override_history_retention * 1000)
+            before_ms=now_ms - int(settings.store.override_history_retention * 1000)
         )
         await self.writer.forget_tombstones(
-            before_ms=now_ms - int(settings.tombstone_retention * 1000)
+            before_ms=now_ms - int(settings.leases.tombstone_retention * 1000)
         )
 
     async def _remember_read_formats(self) -> None:

@@ -13,8 +13,8 @@ from tests.processes import ServerProcess, Servers
 # How the copy is kept, and the server settings that leave the client only that way
 MODES = {
     "watch": {},
-    "long_poll": {"watch": "false"},
-    "delta": {"watch": "false", "long_poll": "false"},
+    "long_poll": {"reads__watch": "false"},
+    "delta": {"reads__watch": "false", "reads__long_poll": "false"},
 }
 
 Start = Callable[..., Awaitable[ServerProcess]]
@@ -29,7 +29,7 @@ def start_node(servers: Servers) -> Start:
     async def start(
         port: int | None = None, *, ready: str | None = "/readyz", **settings: str
     ) -> ServerProcess:
-        settings = {"store": "false", "fetch_rate_limit": "0", **settings}
+        settings = {"store__enabled": "false", "limits__fetch_rate_limit": "0", **settings}
         return await servers.start(port, ready=ready, **settings)
 
     return start

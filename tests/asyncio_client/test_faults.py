@@ -25,8 +25,8 @@ async def test_a_killed_server_is_left_for_the_next(start_node, session):
     a_port, b_port = free_ports(2)
     urls = {port: f"http://127.0.0.1:{port}/eureka/" for port in (a_port, b_port)}
     # Started together: each copies the other before it serves.
-    a = await start_node(a_port, ready=None, peers=urls[b_port])
-    b = await start_node(b_port, ready=None, peers=urls[a_port])
+    a = await start_node(a_port, ready=None, peers__urls=urls[b_port])
+    b = await start_node(b_port, ready=None, peers__urls=urls[a_port])
     await a.wait_ready()
     await b.wait_ready()
     servers = f"{a.eureka},{b.eureka}"
@@ -52,9 +52,9 @@ async def test_heartbeats_go_on_while_the_first_fetch_fails(start_node, session)
     [absent] = free_ports(1)
     node = await start_node(
         ready="/healthz",  # it listens, but is not ready: it serves no reads yet
-        peers=f"http://127.0.0.1:{absent}/eureka/",
-        peer_sync_budget="60",
-        peer_sync_empty_window="60",
+        peers__urls=f"http://127.0.0.1:{absent}/eureka/",
+        peers__sync_budget="60",
+        peers__sync_empty_window="60",
     )
     assert 403 == await status_of(session, node.eureka + "apps/")
     async with DiscoveryClient(

@@ -24,7 +24,7 @@ FAST = {"renewal_interval": 1, "lease_duration": 10, "fetch_interval": 0.3}
 
 async def serve(aiohttp_server, middleware: Middleware, **settings: bool) -> str:
     """Our server behind `middleware` (the outermost: it sees every answer last); its URL."""
-    app = create_app(Settings(store=False, **settings), clock=SystemClock())
+    app = create_app(Settings.of(store__enabled=False, **settings), clock=SystemClock())
     app.middlewares.insert(0, web.middleware(middleware))
     server: TestServer = await aiohttp_server(app, host="127.0.0.1")
     return f"http://127.0.0.1:{server.port}/eureka/"
@@ -42,7 +42,7 @@ async def test_a_stock_eureka_server_is_polled_for_deltas(aiohttp_server):
             response.headers.popall(header, None)
         return response
 
-    url = await serve(aiohttp_server, stock, watch=False, long_poll=False)
+    url = await serve(aiohttp_server, stock, reads__watch=False, reads__long_poll=False)
     async with DiscoveryClient(url, app="orders", port=8080, **FAST) as client:
         assert "delta" == client.sync_mode
         async with aiohttp.ClientSession() as session:

@@ -94,7 +94,7 @@ async def test_a_copy_that_went_wrong_is_fetched_again_in_full(mode, start_node,
 async def test_credentials_in_the_url_and_the_instance_s_own_status(start_node, session):
     """Basic credentials from the URL on every call and the stream; the instance's own
     status changes reach the others; a wrong password registers nothing."""
-    node = await start_node(client_credentials="svc:s3cret")
+    node = await start_node(credentials__clients="svc:s3cret")
     url = f"http://svc:s3cret@127.0.0.1:{node.port}/eureka/"
     async with (
         DiscoveryClient(url, register=False) as watcher,

@@ -51,7 +51,7 @@ async def against_eureka(plan: Plan) -> dict[str, Any]:
     await asyncio.to_thread(build, EUREKA_SERVER)
     results: dict[str, Any] = {"jvm": " ".join(processes.EUREKA_JVM), "instances": plan.instances}
     async with (
-        processes.registry(eviction_interval=3600) as ours,
+        processes.registry(leases__eviction_interval=3600) as ours,
         processes.eureka_server(JAR) as cached,
         processes.eureka_server(JAR, read_only_cache=False) as uncached,
     ):
@@ -148,7 +148,9 @@ async def pair_lag(jar: Path | None, samples: int) -> dict[str, float | None]:
     """Milliseconds from a registration's answer on one of two peered nodes (ours, or Eureka's
     with `jar`) until the other answers GET apps/{app}/{id} with it (no cache on that read)."""
     lags: list[float] = []
-    pair = processes.cluster(2, eviction_interval=3600) if jar is None else _eureka_pair(jar)
+    pair = (
+        processes.cluster(2, leases__eviction_interval=3600) if jar is None else _eureka_pair(jar)
+    )
     async with pair as (a, b), aiohttp.ClientSession() as session:
         for k in range(samples):
             app, iid, ip = workloads.bench_instance(FIRST_NEW + 5000 + k)

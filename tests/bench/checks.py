@@ -62,9 +62,9 @@ async def checks(plan: Plan) -> dict[str, Any]:
 
 async def _run(instances: int, seconds: float, target_port: int | None) -> dict[str, Any]:
     settings: dict[str, object] = {
-        "eviction_interval": 3600,
-        "health_check_loopback": "true",
-        "health_check_min_interval": "1",
+        "leases__eviction_interval": 3600,
+        "checks__loopback": "true",
+        "checks__min_interval": "1",
     }
     async with processes.registry(**settings) as server:
         await _register(server, instances, target_port)

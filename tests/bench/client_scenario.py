@@ -88,7 +88,7 @@ async def client_figures(plan: Plan) -> dict[str, Any]:
                 "out": str(Path(tmp) / "py-eureka-client.json"),
             },
         )
-        async with processes.registry(store=False, fetch_rate_limit=0) as server:
+        async with processes.registry(store__enabled=False, limits__fetch_rate_limit=0) as server:
             for _, spec in specs.values():
                 spec["url"] = f"{server.url}/eureka/"
             sent, cpu = await _observed(server, specs, instances, sizes.gap, go_timeout)

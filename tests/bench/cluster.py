@@ -359,8 +359,8 @@ async def _kill_and_restart(
                 urlsplit(node.url).port,
                 ready_path="/readyz",
                 ready_poll=0.01,
-                data_dir=stores[VICTIM],
-                peers=peers,
+                store__data_dir=stores[VICTIM],
+                peers__urls=peers,
             )
         )
     except RuntimeError as exc:  # it did not start in time, or exited

@@ -74,14 +74,14 @@ async def measure(seconds: float, log: Path) -> None:
     stub.set(NAME, ANSWER)
     port = free_port()
     settings = {
-        "store": "false",
-        "client_credentials": "svc:s3cret",
-        "admin_credentials": "ops:adm1n-pw",
-        "peer_credential": "peer:p33r-pw",
-        "peer_dns": NAME,
-        "peer_dns_port": port,
-        "peer_dns_nameservers": stub.server,
-        "log_format": "json",
+        "store__enabled": "false",
+        "credentials__clients": "svc:s3cret",
+        "credentials__admins": "ops:adm1n-pw",
+        "credentials__peer": "peer:p33r-pw",
+        "peers__dns_name": NAME,
+        "peers__dns_port": port,
+        "peers__dns_nameservers": stub.server,
+        "logging__format": "json",
     }
     node = await ServerProcess(log, port, settings=settings).start(ready="/healthz")
     started, ready_after, samples = time.monotonic(), None, []

@@ -66,7 +66,7 @@ async def join_stock(plan: Plan) -> dict[str, Any]:
         return {"skipped": why}
     await asyncio.to_thread(build, EUREKA_SERVER)
     count = plan.scale_instances
-    interval = Settings().anti_entropy_interval
+    interval = Settings().peers.anti_entropy_interval
     results: dict[str, Any] = {
         "jvm": " ".join(processes.EUREKA_JVM),
         "instances": count,
@@ -79,7 +79,7 @@ async def join_stock(plan: Plan) -> dict[str, Any]:
         joins = []
         for run in range(plan.runs):
             async with processes.registry(
-                peers=f"{stock.url}/eureka/", ready_path=None, code=plan.registry_code
+                peers__urls=f"{stock.url}/eureka/", ready_path=None, code=plan.registry_code
             ) as node:
                 joins.append(await joined(node, count))
                 print(f"join_stock: run {run + 1}: {joins[-1]}", flush=True)

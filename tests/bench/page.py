@@ -66,7 +66,7 @@ async def page(plan: Any) -> dict[str, Any]:
     from playwright.async_api import async_playwright  # a test dependency, as Chromium is
 
     instances = SMOKE["instances"] if plan.smoke else INSTANCES
-    async with processes.registry(eviction_interval=3600) as server:
+    async with processes.registry(leases__eviction_interval=3600) as server:
         await register_scale(server.url, instances, APPS)
         async with async_playwright() as p:
             browser = await p.chromium.launch(

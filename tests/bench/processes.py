@@ -77,11 +77,11 @@ async def registry(
     try:
         env = registry_env(
             {
-                "log_level": "warning",
-                "log_format": "json",
-                "data_dir": data_dir,  # each server's store its own, gone afterwards
-                "fetch_rate_limit": 0,  # the load comes from one address, on purpose
-                "max_connections_per_address": 0,  # and so do its thousand connections
+                "logging__level": "warning",
+                "logging__format": "json",
+                "store__data_dir": data_dir,  # each server's store its own, gone afterwards
+                "limits__fetch_rate_limit": 0,  # the load comes from one address, on purpose
+                "limits__max_connections_per_address": 0,  # and so do its thousand connections
                 **settings,
             }
         )
@@ -107,12 +107,14 @@ async def cluster(
     """
     ports = [free_port() for _ in range(count)]
     peers = ",".join(f"http://127.0.0.1:{port}/eureka/" for port in ports)
-    stores = [{"data_dir": d} for d in data_dirs] or [{} for _ in ports]
+    stores = [{"store__data_dir": d} for d in data_dirs] or [{} for _ in ports]
     async with AsyncExitStack() as stack:
         async with asyncio.TaskGroup() as group:
             starting = [
                 group.create_task(
-                    stack.enter_async_context(registry(port, peers=peers, **store, **settings))
+                    stack.enter_async_context(
+                        registry(port, peers__urls=peers, **store, **settings)
+                    )
                 )
                 for port, store in zip(ports, stores, strict=True)
             ]

@@ -112,7 +112,7 @@ async def crash_to_evicted(sizes: Sizes) -> dict[str, Any]:
     stagger = sizes.eviction_interval * (1 + 1 / n)
     ids = [f"crash-{i}" for i in range(n)]
     async with (
-        processes.registry(eviction_interval=sizes.eviction_interval) as server,
+        processes.registry(leases__eviction_interval=sizes.eviction_interval) as server,
         aiohttp.ClientSession() as session,
     ):
         stream = await session.get(f"{server.url}/eureka/watch")

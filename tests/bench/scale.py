@@ -83,7 +83,7 @@ async def scale(plan: Plan) -> dict[str, Any]:
     fresh = itertools.count(sizes.instances)  # numbers of the instances registered later
     with tempfile.TemporaryDirectory(prefix="bench-scale-") as data_dir:
         async with processes.registry(
-            data_dir=data_dir, ready_path="/readyz", eviction_interval=3600
+            store__data_dir=data_dir, ready_path="/readyz", leases__eviction_interval=3600
         ) as server:
             base = server.rss_bytes()
             load = await initial_load(server, sizes)
@@ -278,10 +278,10 @@ async def restarted(data_dir: Path) -> dict[str, Any]:
     try:
         async with (
             processes.registry(
-                data_dir=data_dir,
+                store__data_dir=data_dir,
                 ready_path="/readyz",
                 ready_poll=START_POLL,
-                eviction_interval=3600,
+                leases__eviction_interval=3600,
             ) as server,
             new_session(1) as session,
             new_status_session() as status_session,

@@ -204,7 +204,7 @@ async def throughput(plan: Plan) -> dict[str, Any]:
     results: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="bench-payloads-") as tmp:
         payload_dir = Path(tmp)
-        async with processes.registry(eviction_interval=3600) as ours:
+        async with processes.registry(leases__eviction_interval=3600) as ours:
             await processes.populate(ours, plan.instances)
             results["payload_bytes"] = await fetch_payloads(ours, payload_dir)
             async with processes.ceiling(payload_dir) as theirs:
@@ -283,7 +283,9 @@ async def delta_under_churn(plan: Plan) -> dict[str, Any]:
     not the population itself.
     """
     async with processes.registry(
-        eviction_interval=3600, delta_retention=DELTA_WINDOW, delta_cleanup_interval=1
+        leases__eviction_interval=3600,
+        reads__delta_retention=DELTA_WINDOW,
+        reads__delta_cleanup_interval=1,
     ) as server:
         await processes.populate(server, plan.instances)
         await asyncio.sleep(DELTA_WINDOW + 1)  # the population leaves the delta window
@@ -316,8 +318,8 @@ async def replication(plan: Plan) -> dict[str, Any]:
     """
     n = plan.instances
     async with (
-        processes.cluster(1 + len(PEER_NAMES), eviction_interval=3600) as (a, *peers),
-        processes.registry(eviction_interval=3600) as alone,
+        processes.cluster(1 + len(PEER_NAMES), leases__eviction_interval=3600) as (a, *peers),
+        processes.registry(leases__eviction_interval=3600) as alone,
     ):
         await processes.populate(a, n)
         started = time.monotonic()
@@ -515,7 +517,7 @@ async def memory(plan: Plan) -> dict[str, Any]:
     the most the registry itself needs for them.
     """
     n = plan.memory_instances
-    async with processes.registry(eviction_interval=3600) as server:
+    async with processes.registry(leases__eviction_interval=3600) as server:
         base = server.rss_bytes()
         await processes.populate(server, n)
         registered = server.rss_bytes()

@@ -71,10 +71,10 @@ async def start_up(sizes: Sizes) -> dict[str, Any]:
             on_disk = _db_files(data_dir)
             restarts, empty, no_store = [], [], []
             for _ in range(sizes.restarts):
-                restarts.append(await _timed_start(session, data_dir=data_dir))
+                restarts.append(await _timed_start(session, store__data_dir=data_dir))
                 with tempfile.TemporaryDirectory(prefix="bench-store-empty-") as empty_dir:
-                    empty.append(await _timed_start(session, data_dir=Path(empty_dir)))
-                no_store.append(await _timed_start(session, store=False))
+                    empty.append(await _timed_start(session, store__data_dir=Path(empty_dir)))
+                no_store.append(await _timed_start(session, store__enabled=False))
     total = sum(on_disk.values())
     return {
         "instances": n,
@@ -96,7 +96,9 @@ async def _written_and_stopped(
     session: aiohttp.ClientSession, data_dir: Path, n: int
 ) -> dict[str, Any]:
     """Register `n` instances on a server storing in `data_dir`, wait for the writes, SIGTERM."""
-    async with processes.registry(data_dir=data_dir, eviction_interval=3600) as server:
+    async with processes.registry(
+        store__data_dir=data_dir, leases__eviction_interval=3600
+    ) as server:
         started = time.monotonic()
         await processes.populate(server, n)
         populated = time.monotonic() - started
@@ -128,7 +130,10 @@ async def _timed_start(session: aiohttp.ClientSession, **settings: object) -> di
     start-up, the imports and the restore.
     """
     async with processes.registry(
-        ready_path="/eureka/status", ready_poll=START_POLL, eviction_interval=3600, **settings
+        ready_path="/eureka/status",
+        ready_poll=START_POLL,
+        leases__eviction_interval=3600,
+        **settings,
     ) as server:
         cpu = server.cpu_seconds()
         async with session.get(f"{server.url}/eureka/apps", headers=JSON) as response:
@@ -189,8 +194,8 @@ async def on_and_off(plan: Plan) -> dict[str, Any]:
     """Heartbeats, then register+cancel churn, on a server with a store beside one without."""
     n = plan.instances
     async with (
-        processes.registry(eviction_interval=3600, store=True) as on,
-        processes.registry(eviction_interval=3600, store=False) as off,
+        processes.registry(leases__eviction_interval=3600, store__enabled=True) as on,
+        processes.registry(leases__eviction_interval=3600, store__enabled=False) as off,
         aiohttp.ClientSession() as session,
     ):
         for server in (on, off):

@@ -46,10 +46,10 @@ WARM = 1.0  # seconds of probing before the churn starts
 
 async def measure(args: argparse.Namespace) -> dict[str, Any]:
     settings = {
-        "store": "false",
-        "fetch_rate_limit": "0",
-        "client_credentials": CREDENTIAL,
-        "log_level": "warning",
+        "store__enabled": "false",
+        "limits__fetch_rate_limit": "0",
+        "credentials__clients": CREDENTIAL,
+        "logging__level": "warning",
     }
     server = ServerProcess(Path(tempfile.mkdtemp()) / "server.log", settings=settings)
     await server.start()

@@ -37,8 +37,8 @@ async def workers(plan: Plan) -> dict[str, Any]:
     beat = workloads.heartbeats(n)
     spec = {"kind": "heartbeat", "instances": n}
     async with (
-        processes.cluster(2, eviction_interval=3600) as pair,
-        processes.registry(eviction_interval=3600) as alone,
+        processes.cluster(2, leases__eviction_interval=3600) as pair,
+        processes.registry(leases__eviction_interval=3600) as alone,
     ):
         await processes.populate(pair[0], n)
         await processes.populate(alone, n)

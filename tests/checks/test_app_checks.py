@@ -19,13 +19,13 @@ from tests.helpers import JSON, instance_doc
 from tests.peers.apps import AiohttpClient
 
 ADMIN, CLIENT, PEER = basic("ops", "admin-pw"), basic("svc", "client-pw"), basic("p", "peer-pw")
-SETTINGS = Settings(
-    client_credentials=("svc:client-pw",),
-    admin_credentials=("ops:admin-pw",),
-    peer_credential="p:peer-pw",
-    health_check_loopback=True,
-    health_check_min_interval=1,
-    store=False,
+SETTINGS = Settings.of(
+    credentials__clients=("svc:client-pw",),
+    credentials__admins=("ops:admin-pw",),
+    credentials__peer="p:peer-pw",
+    checks__loopback=True,
+    checks__min_interval=1,
+    store__enabled=False,
 )
 FAST = {"check": "http", "interval": 1, "timeout": 0.5}
 
@@ -175,7 +175,9 @@ async def test_it_is_an_admins_call(node: TestClient):
 
 
 async def test_a_node_with_checks_off_refuses_one(aiohttp_client: AiohttpClient):
-    node = await aiohttp_client(create_app(Settings(store=False, health_checks=False)))
+    node = await aiohttp_client(
+        create_app(Settings.of(store__enabled=False, checks__enabled=False))
+    )
     response = await node.put("/eureka/checks/ORDERS", json=FAST)
     assert 400 == response.status
     assert "health_checks is off" in (await response.json())["detail"]
@@ -184,7 +186,7 @@ async def test_a_node_with_checks_off_refuses_one(aiohttp_client: AiohttpClient)
 async def test_a_restart_keeps_the_check_and_its_removal(
     aiohttp_client: AiohttpClient, clock: FakeClock
 ):
-    stored = Settings(health_check_loopback=True)  # the store in this test's ./data
+    stored = Settings.of(checks__loopback=True)  # the store in this test's ./data
     first = await aiohttp_client(create_app(stored, clock=clock))
     assert 200 == (await first.put("/eureka/checks/ORDERS", json=FAST)).status
     assert 200 == (await first.put("/eureka/checks/BILLING", json={"check": "tcp"})).status

@@ -29,12 +29,12 @@ CHECKED = {
 
 
 # Checks to loopback (the targets' servers), as often as the tests ask: the store is on
-LOOPBACK = Settings(health_check_loopback=True, health_check_min_interval=1)
+LOOPBACK = Settings.of(checks__loopback=True, checks__min_interval=1)
 
 
 @pytest.fixture
 async def node(aiohttp_client: AiohttpClient, clock: FakeClock) -> TestClient:
-    settings = Settings(store=False, health_check_loopback=True, health_check_min_interval=1)
+    settings = Settings.of(store__enabled=False, checks__loopback=True, checks__min_interval=1)
     return await aiohttp_client(create_app(settings, clock=clock))
 
 
@@ -252,7 +252,7 @@ class TestGuardRails:
     async def test_special_addresses_are_refused_however_written(
         self, aiohttp_client: AiohttpClient, clock: FakeClock, address: str
     ):
-        node = await aiohttp_client(create_app(Settings(store=False), clock=clock))
+        node = await aiohttp_client(create_app(Settings.of(store__enabled=False), clock=clock))
         doc = {**checked_doc(8080, **{"registry.check": "tcp"}), "ipAddr": address}
         response = await node.post("/eureka/apps/ORDERS", json={"instance": doc})
         assert 400 == response.status
@@ -265,7 +265,7 @@ class TestGuardRails:
         """The operator lists the networks checks may go to; until then an instance asking
         for a check of a private address is registered all the same, unchecked, and the
         answer says why: an upgrade must not turn a fleet's registrations away."""
-        node = await aiohttp_client(create_app(Settings(store=False), clock=clock))
+        node = await aiohttp_client(create_app(Settings.of(store__enabled=False), clock=clock))
         doc = {**checked_doc(8080, **{"registry.check": "tcp"}), "ipAddr": "10.1.2.3"}
         response = await node.post("/eureka/apps/ORDERS", json={"instance": doc})
         assert 204 == response.status
@@ -277,7 +277,7 @@ class TestGuardRails:
     async def test_loopback_is_refused_unless_allowed(
         self, aiohttp_client: AiohttpClient, clock: FakeClock
     ):
-        node = await aiohttp_client(create_app(Settings(store=False), clock=clock))
+        node = await aiohttp_client(create_app(Settings.of(store__enabled=False), clock=clock))
         response = await node.post("/eureka/apps/ORDERS", json={"instance": checked_doc(8080)})
         assert 400 == response.status
         assert "health_check_loopback" in (await response.json())["detail"]
@@ -297,13 +297,13 @@ class TestQuota:
     async def test_a_client_is_held_to_its_quota_and_an_admin_to_none(
         self, aiohttp_client: AiohttpClient, clock: FakeClock
     ):
-        settings = Settings(
-            store=False,
-            health_check_loopback=True,
-            health_check_min_interval=1,
-            health_check_max_per_credential=1,
-            client_credentials=(f"orders:{CLIENT_PW}",),
-            admin_credentials=(f"ops:{ADMIN_PW}",),
+        settings = Settings.of(
+            store__enabled=False,
+            checks__loopback=True,
+            checks__min_interval=1,
+            checks__max_per_credential=1,
+            credentials__clients=(f"orders:{CLIENT_PW}",),
+            credentials__admins=(f"ops:{ADMIN_PW}",),
         )
         node = await aiohttp_client(create_app(settings, clock=clock))
 
@@ -375,7 +375,7 @@ class TestRestart:
         assert 204 == await register(first, checked_doc(port, **{"registry.check": "tcp"}))
         await checks_until(clock, lambda: in_a_row(first)[0] == 3)
         await first.close()
-        second = await aiohttp_client(create_app(Settings(health_checks=False), clock=clock))
+        second = await aiohttp_client(create_app(Settings.of(checks__enabled=False), clock=clock))
         assert "UP" == await status(second)
 
 

@@ -19,11 +19,11 @@ pytestmark = pytest.mark.slow
 
 INSTANCES = [f"i-{n}" for n in range(12)]  # some are the restarted node's to check
 SETTINGS = {
-    "health_check_loopback": "true",
-    "health_check_min_interval": "1",
-    "health_check_failures": 2,
-    "health_check_successes": 1,
-    "peer_probe_interval": 0.5,
+    "checks__loopback": "true",
+    "checks__min_interval": "1",
+    "checks__failures": 2,
+    "checks__successes": 1,
+    "peers__probe_interval": 0.5,
 }
 
 

@@ -45,9 +45,7 @@ ALWAYS_REFUSED = [
 class TestDestinations:
     @pytest.mark.parametrize("address", ALWAYS_REFUSED)
     def test_metadata_and_special_addresses_are_refused_whatever_the_settings(self, address):
-        everything = Settings(
-            health_check_loopback=True, health_check_networks=("0.0.0.0/0", "::/0")
-        )
+        everything = Settings.of(checks__loopback=True, checks__networks=("0.0.0.0/0", "::/0"))
         for client in (True, False):
             with pytest.raises(BadInput, match="ipAddr"):
                 Destinations(everything).address(address, client=client)
@@ -78,7 +76,7 @@ class TestDestinations:
 
     def test_the_nodes_own_addresses_are_refused_to_admins_too(self):
         destinations = Destinations(
-            Settings(health_check_networks=("10.0.0.0/8",)), own=["10.1.2.3", "fe80::1%eth0"]
+            Settings.of(checks__networks=("10.0.0.0/8",)), own=["10.1.2.3", "fe80::1%eth0"]
         )
         assert "10.1.2.4" == destinations.address("10.1.2.4", client=True)
         for written in ("10.1.2.3", "::ffff:10.1.2.3"):
@@ -91,7 +89,7 @@ class TestDestinations:
     def test_a_clients_private_address_only_in_the_networks_listed(self, address):
         with pytest.raises(BadInput, match="health_check_networks"):
             Destinations(Settings()).address(address, client=True)
-        listed = Settings(health_check_networks=("10.0.0.0/8", "172.16.0.0/12", "fd00::/8"))
+        listed = Settings.of(checks__networks=("10.0.0.0/8", "172.16.0.0/12", "fd00::/8"))
         if address.startswith(("10.", "172.", "fd")):
             assert address == Destinations(listed).address(address, client=True)
         # An admin's instance (one the registry holds the lease of) may be anywhere else.
@@ -103,7 +101,7 @@ class TestDestinations:
     def test_loopback_only_with_health_check_loopback(self):
         with pytest.raises(BadInput, match="health_check_loopback"):
             Destinations(Settings()).address("127.0.0.1", client=False)
-        allowed = Destinations(Settings(health_check_loopback=True), own=["127.0.0.1"])
+        allowed = Destinations(Settings.of(checks__loopback=True), own=["127.0.0.1"])
         assert "127.0.0.1" == allowed.address("127.0.0.1", client=True)
 
     def test_own_addresses_name_the_address_it_listens_on(self):
@@ -137,7 +135,7 @@ class TestDestinations:
         assert "10.9.8.7" in own_addresses("10.9.8.7")
 
     def test_the_networks_may_be_written_with_host_bits(self):
-        listed = Destinations(Settings(health_check_networks=("10.1.2.3/8",)))
+        listed = Destinations(Settings.of(checks__networks=("10.1.2.3/8",)))
         assert "10.200.0.1" == listed.address("10.200.0.1", client=True)
 
     def test_own_addresses_are_learned_past_what_is_no_address_and_added_up(self):
@@ -309,7 +307,7 @@ class TestClientsOff:
     def test_a_clients_check_is_refused_naming_the_field(self):
         doc = instance_doc("ORDERS", "i-1", ipAddr="8.8.4.4", metadata={"registry.check": "tcp"})
         instance = instance_from_wire(doc, now_ms=0, expected_app="ORDERS")
-        off = Settings(health_check_clients=False)
+        off = Settings.of(checks__clients=False)
         with pytest.raises(BadInput) as refused:
             check_spec(instance, Destinations(off), off)
         assert "metadata.registry.check" == refused.value.field

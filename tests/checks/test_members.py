@@ -22,9 +22,9 @@ async def node_with_peer(
 ) -> tuple[TestClient, str]:
     """A node replicating to one peer, after a batch has gone to it; the peer's epoch."""
     peer = await aiohttp_server(
-        create_app(Settings(store=False, health_checks=peer_checks), clock=clock)
+        create_app(Settings.of(store__enabled=False, checks__enabled=peer_checks), clock=clock)
     )
-    settings = Settings(store=False, peers=(str(peer.make_url("/eureka/")),))
+    settings = Settings.of(store__enabled=False, peers__urls=(str(peer.make_url("/eureka/")),))
     node = await aiohttp_client(create_app(settings, clock=clock))
     await eventually(lambda: node.app[LIFECYCLE].serves_reads)  # type: ignore[index]
     await register(node)

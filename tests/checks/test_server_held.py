@@ -16,11 +16,11 @@ from tests.helpers import JSON, instance_doc
 from tests.peers.apps import AiohttpClient
 
 ADMIN, CLIENT = basic("ops", "admin-pw"), basic("svc", "client-pw")
-SETTINGS = Settings(
-    client_credentials=("svc:client-pw",),
-    admin_credentials=("ops:admin-pw",),
-    health_check_loopback=True,
-    health_check_min_interval=1,
+SETTINGS = Settings.of(
+    credentials__clients=("svc:client-pw",),
+    credentials__admins=("ops:admin-pw",),
+    checks__loopback=True,
+    checks__min_interval=1,
 )
 
 

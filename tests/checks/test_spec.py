@@ -17,7 +17,7 @@ from registry.core.model import InstanceInfo
 from registry.errors import BadInput
 from tests.helpers import instance_doc
 
-ANYWHERE = Settings(health_check_networks=("0.0.0.0/0", "::/0"))
+ANYWHERE = Settings.of(checks__networks=("0.0.0.0/0", "::/0"))
 HELD = {"registry.lease": "server"}  # an admin's instance: no interval raised for it
 
 
@@ -69,7 +69,7 @@ class TestMetadataCheck:
         ) == refusal(metadata={"registry.check": "icmp"})
 
     def test_a_clients_check_with_clients_off(self):
-        off = Settings(health_check_clients=False, health_check_networks=("0.0.0.0/0",))
+        off = Settings.of(checks__clients=False, checks__networks=("0.0.0.0/0",))
         assert (
             "metadata.registry.check",
             "health_check_clients is off: this registry runs no check an instance asks for",
@@ -77,7 +77,7 @@ class TestMetadataCheck:
 
     def test_a_clients_interval_is_raised_to_the_minimum_an_admins_is_not(self):
         tcp = {"registry.check": "tcp", "registry.check.interval": "2"}
-        settings = Settings(health_check_min_interval=3, health_check_networks=("0.0.0.0/0",))
+        settings = Settings.of(checks__min_interval=3, checks__networks=("0.0.0.0/0",))
         raised = spec_of(settings, metadata=tcp)
         assert raised is not None and (3.0, 2.0) == (raised.interval, raised.timeout)
         held = spec_of(settings, metadata={**tcp, **HELD})

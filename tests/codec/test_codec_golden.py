@@ -28,7 +28,7 @@ def clock() -> FakeClock:
 @pytest.fixture
 def settings() -> Settings:
     # The example renews long after registration: keep the evictor out of the way.
-    return Settings(eviction_interval=86_400)
+    return Settings.of(leases__eviction_interval=86_400)
 
 
 async def advance_to(clock: FakeClock, ms: int) -> None:

@@ -34,16 +34,16 @@ AS_CLIENT = {"Authorization": aiohttp.encode_basic_auth("client", "client-secret
 # Credentials on every plane, as in production: the image binds every interface, and the
 # server refuses that without them.
 CREDENTIALS = {
-    "client_credentials": "client:client-secret",
-    "admin_credentials": "admin:admin-secret",
-    "peer_credential": "peer:peer-secret",
-    "log_format": "json",
+    "credentials__clients": "client:client-secret",
+    "credentials__admins": "admin:admin-secret",
+    "credentials__peer": "peer:peer-secret",
+    "logging__format": "json",
 }
 PEERS = "registry-peers"  # the alias all three nodes carry
 CLUSTER = CREDENTIALS | {
-    "peer_dns": PEERS,
-    "peer_dns_interval": 1,
-    "peer_dns_grace": 2,  # a killed node's old address leaves the others' lists quickly
+    "peers__dns_name": PEERS,
+    "peers__dns_interval": 1,
+    "peers__dns_grace": 2,  # a killed node's old address leaves the others' lists quickly
 }
 START_TIMEOUT = 60.0  # from `podman run` to /readyz 200, on a busy 2-core machine
 CONVERGE_TIMEOUT = 30.0  # peers found, a change replicated: DNS every second, retries

@@ -290,7 +290,7 @@ class TestSelfPreservationScenarios:
 
     @pytest.fixture
     def settings(self) -> Settings:
-        return Settings(renewal_threshold_update_interval=300)
+        return Settings.of(self_preservation__renewal_threshold_update_interval=300)
 
     async def start(self, client, clock, count: int = 20) -> list[str]:
         ids = [f"i-{n}" for n in range(count)]
@@ -371,7 +371,7 @@ class TestSelfPreservationScenarios:
 class TestRenewalWindow:
     @pytest.fixture
     def settings(self) -> Settings:
-        return Settings(renewal_window=10)
+        return Settings.of(self_preservation__renewal_window=10)
 
     async def test_renewals_are_counted_and_judged_per_window(self, client, clock):
         """Twelve clients renewing every 5 s: at the end of the first 10 s window their 24
@@ -399,8 +399,9 @@ class TestRenewalWindow:
 class TestEurekasSelfPreservation:
     @pytest.fixture
     def settings(self) -> Settings:
-        return Settings(
-            renewal_threshold_update_interval=300, self_preservation_accept_lasting_drop=False
+        return Settings.of(
+            self_preservation__renewal_threshold_update_interval=300,
+            self_preservation__accept_lasting_drop=False,
         )
 
     async def test_a_lasting_drop_stays_held(self, client, clock):
@@ -414,7 +415,11 @@ class TestEurekasSelfPreservation:
 class TestJournalCleanup:
     @pytest.fixture
     def settings(self) -> Settings:
-        return Settings(delta_retention=60, delta_cleanup_interval=10, eviction_interval=3600)
+        return Settings.of(
+            reads__delta_retention=60,
+            reads__delta_cleanup_interval=10,
+            leases__eviction_interval=3600,
+        )
 
     async def test_old_changes_are_purged_without_any_fetch(self, client, clock):
         """The cleanup task drops journal entries past the retention on its own."""

@@ -54,13 +54,17 @@ async def test_no_cancel_is_undone_by_a_restart(nodes: Nodes, tmp_path: Path) ->
     ports = free_ports(3)
     # Watched closely: no fetch limit (the test reads every node many times a second).
     stores = {
-        port: {"store": "true", "data_dir": str(tmp_path / str(port)), "fetch_rate_limit": 0}
+        port: {
+            "store__enabled": "true",
+            "store__data_dir": str(tmp_path / str(port)),
+            "limits__fetch_rate_limit": 0,
+        }
         for port in ports
     }
     # C holds its changes back for a while, so that what it cancels has surely not left it
     # when it is killed.
-    survivors = {"replication_max_pending": 5}
-    held_back = {ports[2]: {"replication_change_delay": 30}}
+    survivors = {"peers__max_pending": 5}
+    held_back = {ports[2]: {"peers__change_delay": 30}}
     cluster = a, b, c = await asyncio.gather(
         *(
             nodes.start(port, ports, **stores[port], **held_back.get(port, survivors))

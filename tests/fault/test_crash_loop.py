@@ -94,7 +94,10 @@ async def test_nothing_acknowledged_is_lost_across_kills(session, servers, tmp_p
     rng = random.Random(SEED)
     acked = Acknowledged()
     server = servers.new(
-        data_dir=tmp_path, store_flush_interval=FLUSH, fetch_rate_limit=0, log_level="warning"
+        store__data_dir=tmp_path,
+        store__flush_interval=FLUSH,
+        limits__fetch_rate_limit=0,
+        logging__level="warning",
     )
     base = server.base
     # What a SIGKILL may have cost: changes acknowledged within the window before it.

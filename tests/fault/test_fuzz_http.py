@@ -70,8 +70,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
     """A real process with a store, three tracked instances and an override; its port.
     Started outside any event loop: these tests are synchronous (hypothesis drives them)."""
     data = tmp_path_factory.mktemp("fuzz")
-    settings = {"data_dir": data, "fetch_rate_limit": 0, "log_format": "json"}
-    process = ServerProcess(data / "stderr.log", settings=settings | {"log_level": "warning"})
+    settings = {"store__data_dir": data, "limits__fetch_rate_limit": 0, "logging__format": "json"}
+    process = ServerProcess(data / "stderr.log", settings=settings | {"logging__level": "warning"})
     process.spawn()
     port = process.port
     try:

@@ -88,15 +88,15 @@ async def serving(target: Target, host: str = "127.0.0.1") -> AsyncIterator[int]
 @contextlib.contextmanager
 def _served(directory: Path, **settings: str) -> Iterator[ServerProcess]:
     settings = {
-        "store": "false",
-        "fetch_rate_limit": "0",
-        "client_credentials": CLIENT,
-        "admin_credentials": ADMIN,
-        "peer_credential": PEER,
-        "health_check_loopback": "true",  # the targets are on loopback
-        "health_check_rate_per_address": str(PER_ADDRESS),
+        "store__enabled": "false",
+        "limits__fetch_rate_limit": "0",
+        "credentials__clients": CLIENT,
+        "credentials__admins": ADMIN,
+        "credentials__peer": PEER,
+        "checks__loopback": "true",  # the targets are on loopback
+        "checks__rate_per_address": str(PER_ADDRESS),
         # Where instances live: 10/8, and this machine's own address (refused all the same)
-        "health_check_networks": "10.0.0.0/8" + (f",{OWN}/32" if OWN else ""),
+        "checks__networks": "10.0.0.0/8" + (f",{OWN}/32" if OWN else ""),
         **settings,
     }
     server = ServerProcess(directory / "server.log", settings=settings)
@@ -115,13 +115,13 @@ def base(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
 
 @pytest.fixture(scope="module")
 def flooded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    with _served(tmp_path_factory.mktemp("flooded"), health_check_rate="1000") as served:
+    with _served(tmp_path_factory.mktemp("flooded"), checks__rate="1000") as served:
         yield served
 
 
 @pytest.fixture(scope="module")
 def paced(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    with _served(tmp_path_factory.mktemp("paced"), health_check_rate="20") as served:
+    with _served(tmp_path_factory.mktemp("paced"), checks__rate="20") as served:
         yield served
 
 

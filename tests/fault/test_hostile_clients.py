@@ -131,7 +131,7 @@ class Server:
 def _served(directory: Path, **settings: str) -> Iterator[ServerProcess]:
     """A server process with no store and no fetch limit, and `settings`, started (outside
     any event loop: some are shared by a module's tests); stopped on the way out."""
-    settings = {"store": "false", "fetch_rate_limit": "0", **settings}
+    settings = {"store__enabled": "false", "limits__fetch_rate_limit": "0", **settings}
     server = ServerProcess(directory / "server.log", settings=settings)
     server.spawn()
     try:
@@ -146,10 +146,10 @@ def base(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     directory = tmp_path_factory.mktemp("hostile")
     with _served(
         directory,
-        client_credentials=CLIENT,
-        admin_credentials=ADMIN,
-        peer_credential=PEER,
-        request_head_timeout="2",
+        credentials__clients=CLIENT,
+        credentials__admins=ADMIN,
+        credentials__peer=PEER,
+        limits__request_head_timeout="2",
     ) as served:
         yield served
 
@@ -321,7 +321,9 @@ async def test_idle_sockets_from_one_address_are_capped_and_closed(server: Serve
 def fresh(tmp_path: Path) -> Iterator[ServerProcess]:
     """A server of the test's own: its first window of counting renewals (20 s here, a third
     of Eureka's minute, so that the test takes seconds) is the test's."""
-    with _served(tmp_path, client_credentials=CLIENT, renewal_window="20") as served:
+    with _served(
+        tmp_path, credentials__clients=CLIENT, self_preservation__renewal_window="20"
+    ) as served:
         yield served
 
 
@@ -376,8 +378,8 @@ def bound(tmp_path: Path) -> Iterator[ServerProcess]:
     """A server whose two client credentials are bound to their applications."""
     with _served(
         tmp_path,
-        client_credentials="orders:o-pw,billing:b-pw",
-        client_applications="orders=ORDERS,billing=BILLING",
+        credentials__clients="orders:o-pw,billing:b-pw",
+        credentials__client_applications="orders=ORDERS,billing=BILLING",
     ) as served:
         yield served
 

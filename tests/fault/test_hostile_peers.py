@@ -101,22 +101,22 @@ async def nodes(
     """Two nodes, A and B, on one port (as pods have), both given the hostile answer, with
     the Basic fallback on (which a peer found by DNS must never get); started and ready."""
     settings = {
-        "store": "false",
-        "fetch_rate_limit": "0",
-        "client_credentials": CLIENT,
-        "admin_credentials": ADMIN,
-        "peer_credential": PEER,
-        "peer_basic_fallback": "true",
-        "peer_dns": NAME,
-        "peer_dns_port": port,
-        "peer_dns_nameservers": stub.server,
-        "peer_dns_interval": 0.5,
-        "peer_sync_budget": 1,
-        "peer_sync_empty_window": 2,
-        "replication_batch_delay": 0.05,
-        "replication_max_backoff": 1,
-        "anti_entropy_interval": 1,
-        "log_format": "json",
+        "store__enabled": "false",
+        "limits__fetch_rate_limit": "0",
+        "credentials__clients": CLIENT,
+        "credentials__admins": ADMIN,
+        "credentials__peer": PEER,
+        "credentials__peer_basic_fallback": "true",
+        "peers__dns_name": NAME,
+        "peers__dns_port": port,
+        "peers__dns_nameservers": stub.server,
+        "peers__dns_interval": 0.5,
+        "peers__sync_budget": 1,
+        "peers__sync_empty_window": 2,
+        "peers__batch_delay": 0.05,
+        "peers__max_backoff": 1,
+        "peers__anti_entropy_interval": 1,
+        "logging__format": "json",
     }
     made = {
         host: ServerProcess(tmp_path / f"{host}.log", port, settings=settings, host=host)

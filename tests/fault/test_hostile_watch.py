@@ -49,11 +49,11 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     server = ServerProcess(
         directory / "server.log",
         settings={
-            "store": "false",
-            "fetch_rate_limit": "0",
-            "client_credentials": ",".join([CLIENT, OTHER, THIRD]),
-            "watch_streams_per_credential": PER_CREDENTIAL,
-            "watch_streams_max": PER_NODE,
+            "store__enabled": "false",
+            "limits__fetch_rate_limit": "0",
+            "credentials__clients": ",".join([CLIENT, OTHER, THIRD]),
+            "reads__watch_streams_per_credential": PER_CREDENTIAL,
+            "reads__watch_streams_max": PER_NODE,
         },
     )
     server.spawn()

@@ -107,18 +107,18 @@ async def nodes(hosts: list[str], tmp_path: Path) -> AsyncIterator[list[str]]:
     """A registry in each namespace, each listing all three; their base URLs."""
     urls = [f"http://{_address(n)}:{PORT}/eureka/" for n in (1, 2, 3)]
     settings = {
-        "client_credentials": "app:pw",
-        "admin_credentials": "ops:pw",
-        "peer_credential": "peer:pw",
-        "fetch_rate_limit": 0,
-        "log_format": "json",
-        "log_level": "warning",
+        "credentials__clients": "app:pw",
+        "credentials__admins": "ops:pw",
+        "credentials__peer": "peer:pw",
+        "limits__fetch_rate_limit": 0,
+        "logging__format": "json",
+        "logging__level": "warning",
     }
     servers = [
         ServerProcess(
             tmp_path / f"node{n}.log",
             PORT,
-            settings=settings | {"data_dir": tmp_path / f"data{n}"},
+            settings=settings | {"store__data_dir": tmp_path / f"data{n}"},
             args=["--peers", ",".join(urls)],
             host=_address(n),
             wrapper=["ip", "netns", "exec", space],

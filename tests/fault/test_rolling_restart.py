@@ -55,18 +55,18 @@ async def cluster(tmp_path: Path) -> AsyncIterator[list[ServerProcess]]:
             port,
             host=host,
             settings={
-                "data_dir": tmp_path / host,
-                "peer_dns": NAME,
-                "peer_dns_port": port,
-                "peer_dns_nameservers": dns.server,
-                "peer_dns_interval": 0.5,
-                "replication_batch_delay": 0.05,
-                "anti_entropy_interval": 2,
-                "renewal_window": WINDOW,
-                "eviction_interval": 1,
-                "shutdown_delay": 0.5,
-                "fetch_rate_limit": 0,
-                "log_format": "json",
+                "store__data_dir": tmp_path / host,
+                "peers__dns_name": NAME,
+                "peers__dns_port": port,
+                "peers__dns_nameservers": dns.server,
+                "peers__dns_interval": 0.5,
+                "peers__batch_delay": 0.05,
+                "peers__anti_entropy_interval": 2,
+                "self_preservation__renewal_window": WINDOW,
+                "leases__eviction_interval": 1,
+                "server__shutdown_delay": 0.5,
+                "limits__fetch_rate_limit": 0,
+                "logging__format": "json",
             },
         )
         for host in HOSTS
@@ -155,7 +155,7 @@ async def test_no_instance_is_evicted_and_eviction_resumes(
                 clients.up.remove(node)  # its endpoint goes as the pod is told to stop
                 assert 0 == await node.stop()
                 if volume == "new":
-                    await asyncio.to_thread(shutil.rmtree, node.settings["data_dir"])
+                    await asyncio.to_thread(shutil.rmtree, node.settings["store__data_dir"])
                 await node.start()
                 clients.up.append(node)
                 assert set(INSTANCES) == await held(session, node)

@@ -40,11 +40,11 @@ async def test_half_the_heartbeats_stopping_holds_eviction_and_says_why(servers)
     held_server, control = await asyncio.gather(
         *(
             servers.start(
-                store="false",
-                fetch_rate_limit=0,
-                renewal_window=WINDOW,
-                eviction_interval=SWEEP,
-                self_preservation=on,
+                store__enabled="false",
+                limits__fetch_rate_limit=0,
+                self_preservation__renewal_window=WINDOW,
+                leases__eviction_interval=SWEEP,
+                self_preservation__enabled=on,
             )
             for on in ("true", "false")
         )

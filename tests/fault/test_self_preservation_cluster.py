@@ -168,10 +168,10 @@ class TestCluster:
         heartbeat again, then evicts nothing more and lists everyone."""
         cluster = await nodes.cluster(
             3,
-            fetch_rate_limit=0,
-            renewal_window=shape.window,
-            eviction_interval=SWEEP,
-            renewal_threshold_update_interval=RECOUNT,
+            limits__fetch_rate_limit=0,
+            self_preservation__renewal_window=shape.window,
+            leases__eviction_interval=SWEEP,
+            self_preservation__renewal_threshold_update_interval=RECOUNT,
         )
         urls = [node.url for node in cluster]
         ids = [f"i-{n}" for n in range(60)]
@@ -276,11 +276,11 @@ class TestClaimedRenewals:
         """A dead instance among leases that renew a third as often as they claim is evicted
         within four windows of its lease running out, and nothing else is."""
         server = await servers.start(
-            store="false",
-            fetch_rate_limit=0,
-            renewal_window=WINDOW,
-            eviction_interval=SWEEP,
-            renewal_threshold_update_interval=RECOUNT,
+            store__enabled="false",
+            limits__fetch_rate_limit=0,
+            self_preservation__renewal_window=WINDOW,
+            leases__eviction_interval=SWEEP,
+            self_preservation__renewal_threshold_update_interval=RECOUNT,
         )
         t0 = time.monotonic()
         live = frozenset(HONEST + GAMING)

@@ -14,7 +14,9 @@ from tests.helpers import register
 async def test_the_heap_is_frozen_at_start_and_then_every_interval(aiohttp_client):
     clock = FakeClock()
     gc.unfreeze()
-    client = await aiohttp_client(create_app(Settings(gc_freeze_interval=10), clock=clock))
+    client = await aiohttp_client(
+        create_app(Settings.of(server__gc_freeze_interval=10), clock=clock)
+    )
     assert gc.get_freeze_count() > 0
     await register(client, iid="i-1")
     before = gc.get_freeze_count()
@@ -24,7 +26,7 @@ async def test_the_heap_is_frozen_at_start_and_then_every_interval(aiohttp_clien
 
 async def test_zero_never_freezes(aiohttp_client):
     gc.unfreeze()
-    await aiohttp_client(create_app(Settings(gc_freeze_interval=0), clock=FakeClock()))
+    await aiohttp_client(create_app(Settings.of(server__gc_freeze_interval=0), clock=FakeClock()))
     assert 0 == gc.get_freeze_count()
 
 
@@ -36,7 +38,9 @@ async def test_what_a_freeze_sets_aside_is_not_garbage_later(aiohttp_client):
     gc.unfreeze()
     gc.collect()  # what earlier tests left, before the start freezes it
     clock = FakeClock()
-    client = await aiohttp_client(create_app(Settings(gc_freeze_interval=1), clock=clock))
+    client = await aiohttp_client(
+        create_app(Settings.of(server__gc_freeze_interval=1), clock=clock)
+    )
     paths = ["/eureka/apps/", "/eureka/apps/delta", "/eureka/apps/NOPE", "/eureka/apps/APP/i-1"]
     for round_ in range(3):
         await register(client, iid=f"i-{round_}")

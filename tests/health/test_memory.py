@@ -13,7 +13,7 @@ from tests.helpers import JSON, instance_doc, register
 
 @pytest.fixture
 def settings() -> Settings:
-    return Settings(memory_watermark_mb=64)
+    return Settings.of(limits__memory_watermark_mb=64)
 
 
 async def test_above_the_watermark_new_instances_are_refused_and_nothing_else(client):

@@ -144,7 +144,7 @@ class TestHistoryAndRestart:
             response = await client.get(f"/eureka/overrides/history?limit={limit}")
             assert (400, "limit") == (response.status, (await response.json())["field"])
 
-    @pytest.mark.parametrize("settings", [Settings(store=False)])
+    @pytest.mark.parametrize("settings", [Settings.of(store__enabled=False)])
     async def test_no_history_without_a_store(self, client, settings):
         response = await client.get("/eureka/overrides/history")
         assert (403, "not_served") == (response.status, (await response.json())["error"])
@@ -153,7 +153,7 @@ class TestHistoryAndRestart:
 class TestExpiryOfALapsedLease:
     @pytest.fixture
     def settings(self) -> Settings:
-        return Settings(eviction_interval=3600)  # lapsed leases stay in the registry
+        return Settings.of(leases__eviction_interval=3600)  # lapsed leases stay in the registry
 
     async def test_it_expires_for_real_and_stays_gone_after_a_restart(
         self, client, clock, aiohttp_client
@@ -168,5 +168,7 @@ class TestExpiryOfALapsedLease:
         (instance,) = doc["applications"]["application"][0]["instance"]
         assert ("UNKNOWN", "UNKNOWN") == (instance["status"], instance["overriddenStatus"])
         await client.close()
-        again = await aiohttp_client(create_app(Settings(eviction_interval=3600), clock=clock))
+        again = await aiohttp_client(
+            create_app(Settings.of(leases__eviction_interval=3600), clock=clock)
+        )
         assert [] == await overrides(again)

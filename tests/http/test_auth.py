@@ -291,7 +291,7 @@ async def test_a_plane_with_no_credentials_of_its_own_is_closed(aiohttp_client, 
     from registry import create_app
 
     client = await aiohttp_client(
-        create_app(Settings(client_credentials=(f"svc:{CLIENT_PW}",)), clock=clock)
+        create_app(Settings.of(credentials__clients=(f"svc:{CLIENT_PW}",)), clock=clock)
     )
     for path, setting in (
         ("/eureka/overrides", "admin_credentials or admin_tokens"),
@@ -304,7 +304,9 @@ async def test_a_plane_with_no_credentials_of_its_own_is_closed(aiohttp_client, 
 
 
 def test_a_credential_configured_for_two_planes_proves_both():
-    both = Credentials(Settings(client_credentials=("a:b",), admin_credentials=("a:b", "c:d")))
+    both = Credentials(
+        Settings.of(credentials__clients=("a:b",), credentials__admins=("a:b", "c:d"))
+    )
     assert (Role.CLIENT | Role.ADMIN, "a") == both.check(basic("a", "b")["Authorization"])
     assert (Role.ADMIN, "c") == both.check(basic("c", "d")["Authorization"])
     assert (Role.NONE, None) == both.check(basic("a", "d")["Authorization"])
@@ -346,21 +348,25 @@ def test_a_header_that_proves_nothing(header):
     ("settings", "plane", "path"),
     [
         (  # admin passwords without tokens, with a peer credential listed after them
-            Settings(
-                client_credentials=(f"svc:{CLIENT_PW}",),
-                admin_credentials=(f"ops:{ADMIN_PW}",),
-                peer_credential=f"peer:{PEER_PW}",
+            Settings.of(
+                credentials__clients=(f"svc:{CLIENT_PW}",),
+                credentials__admins=(f"ops:{ADMIN_PW}",),
+                credentials__peer=f"peer:{PEER_PW}",
             ),
             "admin",
             "/eureka/overrides",
         ),
         (  # tokens as the only admin credential
-            Settings(client_credentials=(f"svc:{CLIENT_PW}",), admin_tokens=(TOKEN,)),
+            Settings.of(
+                credentials__clients=(f"svc:{CLIENT_PW}",), credentials__admin_tokens=(TOKEN,)
+            ),
             "admin",
             "/eureka/overrides",
         ),
         (  # a peer credential beside client ones
-            Settings(client_credentials=(f"svc:{CLIENT_PW}",), peer_credential=f"peer:{PEER_PW}"),
+            Settings.of(
+                credentials__clients=(f"svc:{CLIENT_PW}",), credentials__peer=f"peer:{PEER_PW}"
+            ),
             "peer",
             "/eureka/peerreplication/digest",
         ),
@@ -375,7 +381,10 @@ async def test_a_plane_with_credentials_of_its_own_challenges(
     client = await aiohttp_client(create_app(settings, clock=clock))
     response = await client.get(path)
     assert (401, UNKNOWN) == (response.status, await response.json())
-    passing = {"admin": AS_BEARER if settings.admin_tokens else AS_ADMIN, "peer": AS_PEER}
+    passing = {
+        "admin": AS_BEARER if settings.credentials.admin_tokens else AS_ADMIN,
+        "peer": AS_PEER,
+    }
     assert 200 == (await client.get(path, headers=passing[plane])).status
 
 
@@ -383,7 +392,7 @@ async def test_a_peer_signature_is_unknown_to_a_node_without_a_peer_credential(
     aiohttp_client, clock
 ):
     """The signature is checked with the peer credential's key: with none, it proves nothing."""
-    settings = Settings(client_credentials=(f"svc:{CLIENT_PW}",))
+    settings = Settings.of(credentials__clients=(f"svc:{CLIENT_PW}",))
     client = await aiohttp_client(create_app(settings, clock=clock))
     host = f"{client.host}:{client.port}"
     authorization = sign(
@@ -400,14 +409,14 @@ async def test_a_peer_signature_is_unknown_to_a_node_without_a_peer_credential(
 
 
 def test_a_utf8_password_is_matched_byte_for_byte():
-    credentials = Credentials(Settings(client_credentials=("jürgen:pässword",)))
+    credentials = Credentials(Settings.of(credentials__clients=("jürgen:pässword",)))
     header = "Basic " + base64.b64encode("jürgen:pässword".encode()).decode()
     assert (Role.CLIENT, "jürgen") == credentials.check(header)
 
 
 def test_the_user_name_ends_at_the_first_colon():
     """As in HTTP Basic: the password may hold colons, the user name none."""
-    credentials = Credentials(Settings(client_credentials=("svc:a:b",)))
+    credentials = Credentials(Settings.of(credentials__clients=("svc:a:b",)))
     assert (Role.CLIENT, "svc") == credentials.check(basic("svc", "a:b")["Authorization"])
 
 
@@ -485,11 +494,11 @@ class TestCredentialsBoundToApplications:
 
     @pytest.fixture
     def settings(self) -> Settings:
-        return Settings(
-            client_credentials=("orders:o-pw", "billing:b-pw"),
-            admin_credentials=(f"ops:{ADMIN_PW}",),
-            client_applications=("orders=ORDERS|ORDERS-WORKER",),
-            client_vip_addresses=("orders=orders.internal",),
+        return Settings.of(
+            credentials__clients=("orders:o-pw", "billing:b-pw"),
+            credentials__admins=(f"ops:{ADMIN_PW}",),
+            credentials__client_applications=("orders=ORDERS|ORDERS-WORKER",),
+            credentials__client_vip_addresses=("orders=orders.internal",),
         )
 
     @pytest.fixture
@@ -614,8 +623,9 @@ class TestCredentialsBoundToApplications:
     ):
         """client_vip_addresses need not list a bound credential: it gives its applications'
         names alone."""
-        settings = Settings(
-            client_credentials=("orders:o-pw",), client_applications=("orders=ORDERS",)
+        settings = Settings.of(
+            credentials__clients=("orders:o-pw",),
+            credentials__client_applications=("orders=ORDERS",),
         )
         client = await aiohttp_client(create_app(settings, clock=clock))
         orders = basic("orders", "o-pw")
@@ -628,14 +638,16 @@ class TestCredentialsBoundToApplications:
     )
     def test_a_binding_must_name_a_client_user_and_applications(self, entry, says):
         with pytest.raises(SettingsError, match=says):
-            Settings(client_credentials=("orders:pw",), client_applications=(entry,))
+            Settings.of(
+                credentials__clients=("orders:pw",), credentials__client_applications=(entry,)
+            )
 
     def test_vip_addresses_are_listed_for_bound_credentials_only(self):
         with pytest.raises(SettingsError, match="is bound to no application"):
-            Settings(
-                client_credentials=("orders:pw", "billing:pw"),
-                client_applications=("orders=ORDERS",),
-                client_vip_addresses=("billing=billing-api",),
+            Settings.of(
+                credentials__clients=("orders:pw", "billing:pw"),
+                credentials__client_applications=("orders=ORDERS",),
+                credentials__client_vip_addresses=("billing=billing-api",),
             )
 
 
@@ -661,10 +673,10 @@ class TestInstancesPerCredential:
 
     @pytest.fixture
     def settings(self) -> Settings:
-        return Settings(
-            client_credentials=("orders:o-pw", "billing:b-pw"),
-            admin_credentials=(f"ops:{ADMIN_PW}",),
-            max_instances_per_credential=2,
+        return Settings.of(
+            credentials__clients=("orders:o-pw", "billing:b-pw"),
+            credentials__admins=(f"ops:{ADMIN_PW}",),
+            limits__max_instances_per_credential=2,
         )
 
     @pytest.fixture

@@ -310,7 +310,7 @@ class TestLoopbackNames:
 
     @pytest.mark.parametrize(
         "settings",
-        [Settings(host="0.0.0.0", insecure_public_bind=True), SECURED],
+        [Settings.of(server__host="0.0.0.0", server__insecure_public_bind=True), SECURED],
         ids=["insecure_public_bind", "secured"],
     )
     async def test_any_name_is_answered_where_the_node_is_meant_to_be_reached(

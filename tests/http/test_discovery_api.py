@@ -61,7 +61,7 @@ class TestFullRegistry:
 class TestExpiredNotEvicted:
     @pytest.fixture
     def settings(self) -> Settings:
-        return Settings(eviction_interval=3600)
+        return Settings.of(leases__eviction_interval=3600)
 
     async def test_expired_lease_stays_in_fetches_until_evicted(self, client, clock):
         """Full fetches list an expired, not yet evicted lease; instance GETs hide it."""
@@ -121,7 +121,7 @@ class TestDelta:
 class TestDeltaDisabled:
     @pytest.fixture
     def settings(self) -> Settings:
-        return Settings(disable_delta=True)
+        return Settings.of(reads__disable_delta=True)
 
     async def test_disabled_delta_is_403(self, client):
         """With deltas off clients get 403 and fall back to full fetches."""
@@ -290,7 +290,7 @@ class TestSinceHeader:
 class TestLongPollTurnedOff:
     @pytest.fixture
     def settings(self) -> Settings:
-        return Settings(long_poll=False)
+        return Settings.of(reads__long_poll=False)
 
     async def test_index_and_wait_are_ignored_and_the_plain_delta_comes_at_once(self, client):
         """Asked for the changes after the current index with a wait, it answers every recent

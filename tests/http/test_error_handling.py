@@ -609,18 +609,18 @@ CODINGS = {"gzip": 31, "deflate": 15, "raw deflate": -15}
 class TestBodySizeAndEncoding:
     async def test_oversized_body_is_a_json_413(self, client, settings: Settings, before):
         """A body over max_body_bytes is a 413 with the JSON error body."""
-        body = padded_registration(settings.max_body_bytes + 1)
+        body = padded_registration(settings.limits.max_body_bytes + 1)
         await assert_body_refused(
             await post_raw(client, body),
             413,
             "body_too_large",
-            f"the request body is larger than {settings.max_body_bytes} bytes",
+            f"the request body is larger than {settings.limits.max_body_bytes} bytes",
         )
         await assert_unchanged(client, before)
 
     async def test_a_body_of_max_body_bytes_registers(self, client, settings: Settings):
         """The limit is the largest body taken, announced or sent in chunks."""
-        body = padded_registration(settings.max_body_bytes)
+        body = padded_registration(settings.limits.max_body_bytes)
         response = await post_raw(client, body)
         assert 204 == response.status, await response.text()
 
@@ -636,7 +636,7 @@ class TestBodySizeAndEncoding:
     ):
         """Without a Content-Length the size is known only as the body arrives: refused
         once it passes the limit, with the same answer."""
-        body = padded_registration(settings.max_body_bytes + 1)
+        body = padded_registration(settings.limits.max_body_bytes + 1)
 
         async def chunks() -> AsyncIterator[bytes]:
             yield body[:1000]
@@ -646,7 +646,7 @@ class TestBodySizeAndEncoding:
             await client.post(f"{APPS}/ORDERS", data=chunks(), headers=JSON_BODY),
             413,
             "body_too_large",
-            f"the request body is larger than {settings.max_body_bytes} bytes",
+            f"the request body is larger than {settings.limits.max_body_bytes} bytes",
         )
         await assert_unchanged(client, before)
 
@@ -688,15 +688,15 @@ class TestBodySizeAndEncoding:
                 return getattr(self.inflater, name)
 
         monkeypatch.setattr(request_body.zlib, "decompressobj", Recording)
-        body = gzip.compress(b" " * (2 * settings.max_body_bytes))
+        body = gzip.compress(b" " * (2 * settings.limits.max_body_bytes))
         response = await post_raw(client, body, {**JSON_BODY, "Content-Encoding": "gzip"})
         await assert_body_refused(
             response,
             413,
             "body_too_large",
-            f"the inflated body is larger than {settings.max_body_bytes} bytes",
+            f"the inflated body is larger than {settings.limits.max_body_bytes} bytes",
         )
-        assert [settings.max_body_bytes + 1] == asked
+        assert [settings.limits.max_body_bytes + 1] == asked
         await assert_unchanged(client, before)
 
     @pytest.mark.parametrize("coding", CODINGS)
@@ -705,7 +705,7 @@ class TestBodySizeAndEncoding:
     ):
         """A body that inflates to max_body_bytes registers; one byte more is a 413, though
         its compressed stream ends right there."""
-        limit = settings.max_body_bytes
+        limit = settings.limits.max_body_bytes
         headers = {**JSON_BODY, "Content-Encoding": coding.split()[-1]}
         body = deflated(padded_registration(limit + 1), CODINGS[coding])
         await assert_body_refused(

@@ -277,7 +277,7 @@ ON_PURPOSE: dict[str, tuple[Excuse, ...]] = {
 async def test_the_same_questions_get_the_same_answers(
     aiohttp_server: Any, eureka_jar: Path, tmp_path: Path
 ) -> None:
-    ours = await aiohttp_server(create_app(Settings(store=False)), host="127.0.0.1")
+    ours = await aiohttp_server(create_app(Settings.of(store__enabled=False)), host="127.0.0.1")
     eureka = JavaService(eureka_jar, tmp_path / "eureka.log", ready_path="/eureka/apps")
     await eureka.start(
         args=[
@@ -317,7 +317,9 @@ async def test_a_stock_eureka_node_and_ours_replicate_to_each_other(
         ]
     )
     try:
-        settings = Settings(store=False, peers=(f"{eureka.base}/eureka/",))  # defaults
+        settings = Settings.of(
+            store__enabled=False, peers__urls=(f"{eureka.base}/eureka/",)
+        )  # defaults
         ours = await aiohttp_server(create_app(settings), host="127.0.0.1", port=port)
         async with aiohttp.ClientSession() as session:
 
@@ -406,7 +408,7 @@ async def test_a_node_of_ours_joins_a_stock_node_with_its_default_settings(
                     assert 204 == r.status
             async with session.put(theirs + "apps/ORDERS/o-2/status?value=OUT_OF_SERVICE") as r:
                 assert 200 == r.status
-            app = create_app(Settings(store=False, peers=(theirs,)))
+            app = create_app(Settings.of(store__enabled=False, peers__urls=(theirs,)))
             ours = await aiohttp_server(app, host="127.0.0.1")
 
             async def copied() -> dict[str, str] | None:

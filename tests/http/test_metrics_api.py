@@ -37,7 +37,7 @@ async def test_metrics_move_with_the_registry(client, clock):
 
 async def test_each_peer_has_its_replication_figures(aiohttp_client, clock):
     client = await aiohttp_client(
-        create_app(Settings(peers=("http://127.0.0.1:9/eureka/",)), clock=clock)
+        create_app(Settings.of(peers__urls=("http://127.0.0.1:9/eureka/",)), clock=clock)
     )
     m = await scrape(client)
     assert 0 == m[("registry_replication_sent_total", (("peer", "http://127.0.0.1:9/eureka/"),))]

@@ -37,7 +37,7 @@ def url(path: str) -> str:
 
 @pytest.fixture
 def settings() -> Settings:
-    return dataclasses.replace(SECURED, fetch_rate_limit=0.001, fetch_burst=BURST)
+    return SECURED.replace(limits__fetch_rate_limit=0.001, limits__fetch_burst=BURST)
 
 
 def test_a_route_cannot_be_written_without_a_plane():
@@ -116,7 +116,7 @@ async def test_exactly_the_routes_marked_limited_are_throttled(client):
 async def test_a_body_over_the_limit_is_a_413_from_the_error_table(aiohttp_client, clock):
     from registry import create_app
 
-    client = await aiohttp_client(create_app(Settings(max_body_bytes=1024), clock=clock))
+    client = await aiohttp_client(create_app(Settings.of(limits__max_body_bytes=1024), clock=clock))
     answered = await client.post(BASE + "/apps/ORDERS", data=b"{" + b" " * 2048 + b"}")
     assert 413 == answered.status
     assert "body_too_large" == (await answered.json())["error"]

@@ -59,7 +59,7 @@ class TestPage:
     async def test_a_trusted_proxys_prefix_is_the_pages_base(
         self, aiohttp_client, trusted, prefix, base
     ):
-        settings = Settings(store=False, trusted_proxies=trusted)
+        settings = Settings.of(store__enabled=False, server__trusted_proxies=trusted)
         client = await aiohttp_client(create_app(settings))
         html = await page_of(client, **{"X-Forwarded-Prefix": prefix})
         found = [line for line in html.splitlines() if line.startswith("<base")]
@@ -211,14 +211,16 @@ class TestWatchSetting:
     async def test_the_page_knows_whether_it_can_watch(self, aiohttp_client, watch):
         """With the stream off, the script says why the page is not live instead of
         opening a stream the server refuses (and asking for a reload that cannot help)."""
-        client = await aiohttp_client(create_app(Settings(watch=watch), clock=FakeClock()))
+        client = await aiohttp_client(
+            create_app(Settings.of(reads__watch=watch), clock=FakeClock())
+        )
         assert f'data-watch="{str(watch).lower()}"' in await page_of(client)
 
 
 class TestWithCredentials:
     @pytest.fixture
     def settings(self) -> Settings:
-        return Settings(client_credentials=("app:pw",), admin_credentials=("ops:pw2",))
+        return Settings.of(credentials__clients=("app:pw",), credentials__admins=("ops:pw2",))
 
     async def test_a_client_sees_no_admin_buttons(self, client):
         await register_as_admin(client)
@@ -303,7 +305,7 @@ class TestInTheBrowser:
     ):
         """Changes made elsewhere reach the open page without a reload; its buttons set and
         remove overrides."""
-        server = await aiohttp_server(create_app(Settings(store=False)))
+        server = await aiohttp_server(create_app(Settings.of(store__enabled=False)))
         client = await aiohttp_client(server)
         await register(client, "ORDERS", "i-1")
         await register(client, "ORDERS", "i-2", status="STARTING")
@@ -355,7 +357,8 @@ class TestInTheBrowser:
         and its buttons all go through the prefix. Without the trailing slash the page needs
         the proxy's X-Forwarded-Prefix, from a proxy it trusts."""
         registry = await aiohttp_server(
-            create_app(Settings(store=False, trusted_proxies=("127.0.0.1",))), host="127.0.0.1"
+            create_app(Settings.of(store__enabled=False, server__trusted_proxies=("127.0.0.1",))),
+            host="127.0.0.1",
         )
         client = await aiohttp_client(registry)
         await register(client, "ORDERS", "i-1")
@@ -384,7 +387,7 @@ class TestInTheBrowser:
             assert ([], []) == (outside, problems)
 
     async def test_filters_by_application_and_status(self, aiohttp_server, aiohttp_client, browser):
-        server = await aiohttp_server(create_app(Settings(store=False)))
+        server = await aiohttp_server(create_app(Settings.of(store__enabled=False)))
         client = await aiohttp_client(server)
         await register(client, "ORDERS", "o-1")
         await register(client, "PAYMENTS", "p-1", status="DOWN")

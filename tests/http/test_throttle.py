@@ -15,7 +15,7 @@ RATE, BURST = 2.0, 5
 
 @pytest.fixture
 def settings() -> Settings:
-    return Settings(fetch_rate_limit=RATE, fetch_burst=BURST)
+    return Settings.of(limits__fetch_rate_limit=RATE, limits__fetch_burst=BURST)
 
 
 async def test_a_burst_of_fetches_is_cut_at_the_bucket_and_heartbeats_all_pass(client, clock):
@@ -69,7 +69,7 @@ async def test_throttled_fetches_show_in_metrics(client, clock):
 async def test_a_zero_rate_turns_the_limit_off(aiohttp_client, clock):
     from registry import create_app
 
-    client = await aiohttp_client(create_app(Settings(fetch_rate_limit=0), clock=clock))
+    client = await aiohttp_client(create_app(Settings.of(limits__fetch_rate_limit=0), clock=clock))
     answers = [await client.get("/eureka/apps", headers=JSON) for _ in range(300)]
     assert {200} == {r.status for r in answers}
 

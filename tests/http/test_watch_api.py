@@ -368,7 +368,9 @@ class TestWatchStream:
 class TestReadOnlyLayerOverHttp:
     @pytest.fixture
     def settings(self) -> Settings:
-        return Settings(use_read_only_response_cache=True, response_cache_update_interval=30)
+        return Settings.of(
+            reads__use_read_only_response_cache=True, reads__response_cache_update_interval=30
+        )
 
     async def test_writes_show_after_the_refresh(self, client, clock):
         await register(client)
@@ -384,8 +386,8 @@ class TestWatchSetting:
     @pytest.mark.parametrize(
         ("settings", "expected"),
         [
-            (Settings(watch=True), (200, "text/event-stream")),
-            (Settings(watch=False), (403, "application/json")),
+            (Settings.of(reads__watch=True), (200, "text/event-stream")),
+            (Settings.of(reads__watch=False), (403, "application/json")),
         ],
     )
     async def test_the_watch_setting_turns_the_stream_on_and_off(self, client, expected):
@@ -398,7 +400,7 @@ class TestWatchSetting:
 class TestWatchTurnedOff:
     @pytest.fixture
     def settings(self) -> Settings:
-        return Settings(watch=False)
+        return Settings.of(reads__watch=False)
 
     async def test_is_a_403_error_document_and_no_stream(self, client):
         """With watch off the answer is the registry's 403 error body, and no stream opens."""

@@ -49,8 +49,9 @@ async def refusals(client: TestClient, **headers: str) -> dict[str, float]:
 class TestPerCredential:
     @pytest.fixture
     def settings(self) -> Settings:
-        return Settings(
-            client_credentials=("orders:o-pw", "billing:b-pw"), watch_streams_per_credential=2
+        return Settings.of(
+            credentials__clients=("orders:o-pw", "billing:b-pw"),
+            reads__watch_streams_per_credential=2,
         )
 
     async def test_a_credential_past_its_cap_is_refused_and_others_are_not(self, client):
@@ -70,7 +71,7 @@ class TestPerCredential:
 class TestPerNode:
     @pytest.fixture
     def settings(self) -> Settings:
-        return Settings(watch_streams_max=2)
+        return Settings.of(reads__watch_streams_max=2)
 
     async def test_a_node_past_its_cap_refuses_any_client(self, client):
         streams = [await opened(client), await opened(client, "?apps=ORDERS")]
@@ -88,7 +89,7 @@ class TestPerNode:
 class TestWithoutCredentials:
     @pytest.fixture
     def settings(self) -> Settings:
-        return Settings(watch_streams_per_credential=1)
+        return Settings.of(reads__watch_streams_per_credential=1)
 
     async def test_a_client_is_its_address(self, client):
         stream = await opened(client)

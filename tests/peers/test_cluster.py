@@ -94,7 +94,7 @@ class TestRestart:
         await eventually(b.registry, lambda r: r == ("OUT_OF_SERVICE_1_UP_22_", expected))
 
         # A long anti-entropy interval keeps the start-up sync's reason in place to be read.
-        c.settings["anti_entropy_interval"] = 60
+        c.settings["peers__anti_entropy_interval"] = 60
         await c.start()
         await eventually(c.serving_reads)
         assert "copied" in (await c.status())["generalStats"]["reads-reason"]
@@ -111,9 +111,9 @@ class TestUnreachablePeer:
         a = await nodes.start(
             port_a,
             [port_a, port_b],
-            replication_max_pending=50,
-            peer_sync_budget=0.5,
-            peer_sync_empty_window=1,
+            peers__max_pending=50,
+            peers__sync_budget=0.5,
+            peers__sync_empty_window=1,
         )
         depths: list[int] = []
         done = asyncio.Event()
@@ -159,7 +159,7 @@ class TestUnreachablePeer:
         """While no peer can be copied, reads answer 403 not_synced and writes are served."""
         port_a, port_b = free_ports(2)
         a = await nodes.start(
-            port_a, [port_a, port_b], peer_sync_budget=0.5, peer_sync_empty_window=60
+            port_a, [port_a, port_b], peers__sync_budget=0.5, peers__sync_empty_window=60
         )
         await a.register("ORDERS", "i-1")
         for path in ("apps", "apps/delta", "apps/ORDERS"):
@@ -175,15 +175,15 @@ class TestReload:
         """After its config file gains a peer and it gets SIGHUP, a node replicates to it."""
         port_a, port_b = free_ports(2)
         config = tmp_path / "a.toml"
-        await asyncio.to_thread(config.write_text, f'peers = ["{base_url(port_a)}"]\n')
+        await asyncio.to_thread(config.write_text, f'[peers]\nurls = ["{base_url(port_a)}"]\n')
         # Anti-entropy is kept out of the way: only replication may carry instances to B.
-        a = await nodes.start(port_a, config=config, anti_entropy_interval=60)
-        b = await nodes.start(port_b, [port_a, port_b], anti_entropy_interval=60)
+        a = await nodes.start(port_a, config=config, peers__anti_entropy_interval=60)
+        b = await nodes.start(port_b, [port_a, port_b], peers__anti_entropy_interval=60)
         await eventually(b.serving_reads)
         assert [] == (await a.status())["peers"]
 
         await a.register("ORDERS", "before-reload")
-        text = f'peers = ["{base_url(port_a)}", "{base_url(port_b)}"]\n'
+        text = f'[peers]\nurls = ["{base_url(port_a)}", "{base_url(port_b)}"]\n'
         await asyncio.to_thread(config.write_text, text)
         a.signal(signal.SIGHUP)
         status = await eventually(a.status, lambda s: s["peers"])
@@ -231,7 +231,7 @@ class TestOverrides:
 class TestAntiEntropy:
     async def test_an_instance_only_one_node_holds_reaches_the_other(self, nodes):
         """An instance B took as a replication (so never forwarded) reaches A by anti-entropy."""
-        a, b = await nodes.cluster(2, anti_entropy_interval=1)
+        a, b = await nodes.cluster(2, peers__anti_entropy_interval=1)
         await b.register("ORDERS", "i-1", replication=True)
 
         copy = await eventually(lambda: a.instance("ORDERS", "i-1"))

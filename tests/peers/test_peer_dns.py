@@ -35,9 +35,9 @@ async def stub() -> AsyncIterator[StubDns]:
 
 def dns_settings(stub: StubDns, **more: object) -> Settings:
     values: dict[str, object] = {
-        "peer_dns": NAME,
-        "peer_dns_nameservers": [stub.server],
-        "peer_dns_interval": 0.5,  # a lookup gives up after this long (at most 5 s)
+        "peers__dns_name": NAME,
+        "peers__dns_nameservers": [stub.server],
+        "peers__dns_interval": 0.5,  # a lookup gives up after this long (at most 5 s)
         **more,
     }
     return Settings.load(None, {}, **values)
@@ -47,7 +47,7 @@ class TestLookup:
     async def test_each_address_is_a_peer_at_the_port_and_path(self, stub: StubDns):
         stub.set(NAME, ["10.0.0.7", "10.0.0.5"])
         urls = (
-            await PeerDns(dns_settings(stub, peer_dns_port=9000, peer_dns_path="/r/")).lookup()
+            await PeerDns(dns_settings(stub, peers__dns_port=9000, peers__dns_path="/r/")).lookup()
         ).urls
         assert ["http://10.0.0.5:9000/r/", "http://10.0.0.7:9000/r/"] == urls
 
@@ -64,7 +64,7 @@ class TestLookup:
         stub.set_srv(NAME, [("a.test", 8001), ("b.test", 8002)])
         stub.set("a.test", ["10.0.0.1"])
         stub.set("b.test", ["10.0.0.2"])
-        urls = (await PeerDns(dns_settings(stub, peer_dns_port=1)).lookup()).urls
+        urls = (await PeerDns(dns_settings(stub, peers__dns_port=1)).lookup()).urls
         assert ["http://10.0.0.1:8001/eureka/", "http://10.0.0.2:8002/eureka/"] == urls
 
     async def test_a_gone_srv_target_is_no_peer_and_no_failure(self, stub: StubDns):
@@ -95,7 +95,7 @@ class TestLookup:
         stub.set(NAME, ["10.0.0.5"])
         stub.answering = False
         with pytest.raises(LookupFailed, match=NAME):
-            await PeerDns(dns_settings(stub, peer_dns_interval=0.2)).lookup()
+            await PeerDns(dns_settings(stub, peers__dns_interval=0.2)).lookup()
         assert stub.queries >= 1
 
 
@@ -146,7 +146,7 @@ class TestAddressesNoPeerCanHave:
         stub.set(NAME, ["127.0.0.3", "169.254.169.254", "169.254.3.3", "224.0.0.9", "10.0.0.10"])
         stub.addresses[NAME] += ["10.0.0.9", "0.0.0.0"]
         answer = await PeerDns(
-            dns_settings(stub, host="10.0.0.1", insecure_public_bind=True)
+            dns_settings(stub, server__host="10.0.0.1", server__insecure_public_bind=True)
         ).lookup()
         assert ["http://10.0.0.9:8761/eureka/", "http://10.0.0.10:8761/eureka/"] == answer.urls
         assert {
@@ -166,7 +166,9 @@ class TestCap:
         the rest, and the address refused, are counted in GET status and /metrics and logged
         once, not at every lookup; an answer within the cap ends the series."""
         stub.set(NAME, ["127.0.0.1", "224.0.0.9", *(f"127.0.1.{n}" for n in range(40, 0, -1))])
-        settings = dns_settings(stub, store=False, peer_dns_interval=60, peer_sync_budget=1)
+        settings = dns_settings(
+            stub, store__enabled=False, peers__dns_interval=60, peers__sync_budget=1
+        )
         with capture_logs() as logs:
             client = await aiohttp_client(create_app(settings))
             cluster = client.app[CLUSTER]  # type: ignore[index]
@@ -198,22 +200,22 @@ class TestCap:
         ]
 
     def test_the_setting(self):
-        assert 3 == Settings.load(None, {"REGISTRY_PEER_DNS_MAX_PEERS": "3"}).peer_dns_max_peers
+        assert 3 == Settings.load(None, {"REGISTRY_PEERS__DNS_MAX_PEERS": "3"}).peers.dns_max_peers
         with pytest.raises(SettingsError, match="peer_dns_max_peers: must be at least 1"):
-            Settings.load(None, {}, peer_dns_max_peers=0)
+            Settings.load(None, {}, peers__dns_max_peers=0)
 
 
 class TestSettings:
     @pytest.mark.parametrize(
         ("values", "message"),
         [
-            ({"peer_dns": "not a name"}, "peer_dns: 'not a name' is not a DNS name"),
-            ({"peer_dns_nameservers": ["dns.example:53"]}, "not an address:port"),
-            ({"peer_dns_nameservers": ["127.0.0.1:0"]}, "invalid port"),
-            ({"peer_dns_path": "eureka/"}, "must be a path"),
-            ({"peer_dns_path": "/eu reka/"}, "must be a path"),
-            ({"peer_dns_interval": 0}, "must be positive"),
-            ({"peer_dns": "peers.test", "client_credentials": ["c:p"]}, "peer_credential"),
+            ({"peers__dns_name": "not a name"}, "peer_dns: 'not a name' is not a DNS name"),
+            ({"peers__dns_nameservers": ["dns.example:53"]}, "not an address:port"),
+            ({"peers__dns_nameservers": ["127.0.0.1:0"]}, "invalid port"),
+            ({"peers__dns_path": "eureka/"}, "must be a path"),
+            ({"peers__dns_path": "/eu reka/"}, "must be a path"),
+            ({"peers__dns_interval": 0}, "must be positive"),
+            ({"peers__dns_name": "peers.test", "credentials__clients": ["c:p"]}, "peer_credential"),
         ],
     )
     def test_bad_values_stop_start_up(self, values: dict[str, object], message: str):
@@ -223,20 +225,21 @@ class TestSettings:
     def test_the_path_gets_its_trailing_slash(self):
         """As `peers` do: peers' requests are made below it (`{url}apps/`)."""
         assert (
-            "/eureka/" == Settings.load(None, {"REGISTRY_PEER_DNS_PATH": "/eureka"}).peer_dns_path
+            "/eureka/"
+            == Settings.load(None, {"REGISTRY_PEERS__DNS_PATH": "/eureka"}).peers.dns_path
         )
 
     def test_from_the_environment(self):
         settings = Settings.load(
             None,
             {
-                "REGISTRY_PEER_DNS": "registry-peers.default.svc.cluster.local",
-                "REGISTRY_PEER_DNS_NAMESERVERS": "127.0.0.1:5353,[::1]:5353",
-                "REGISTRY_PEER_DNS_INTERVAL": "5",
+                "REGISTRY_PEERS__DNS_NAME": "registry-peers.default.svc.cluster.local",
+                "REGISTRY_PEERS__DNS_NAMESERVERS": "127.0.0.1:5353,[::1]:5353",
+                "REGISTRY_PEERS__DNS_INTERVAL": "5",
             },
         )
-        assert ("127.0.0.1:5353", "[::1]:5353") == settings.peer_dns_nameservers
-        assert 5.0 == settings.peer_dns_interval
+        assert ("127.0.0.1:5353", "[::1]:5353") == settings.peers.dns_nameservers
+        assert 5.0 == settings.peers.dns_interval
 
 
 class TestMembership:
@@ -278,7 +281,7 @@ class TestCluster:
         """Bound to 127.0.0.2, the node is the peer DNS names at 127.0.0.2, whatever the
         host names; the others are peers, and the change is remembered."""
         stub.set(NAME, ["127.0.0.2", "127.0.0.3", "127.0.0.4"])
-        settings = dns_settings(stub, host="127.0.0.2")
+        settings = dns_settings(stub, server__host="127.0.0.2")
         clock = FakeClock()
         cluster = Cluster(Registry(), clock, settings)
         await cluster.start()
@@ -290,7 +293,7 @@ class TestCluster:
             changes = cluster.membership_status()["changes"]
             assert [("added", "dns")] * 2 == [(c["change"], c["why"]) for c in changes]
             stub.set(NAME, ["127.0.0.2", "127.0.0.3"])
-            await clock.advance(settings.peer_dns_grace + 1)
+            await clock.advance(settings.peers.dns_grace + 1)
             await refresh(PeerDns(settings), cluster)
             assert ["http://127.0.0.3:8761/eureka/"] == list(cluster.dispatchers)
             assert ("removed", "http://127.0.0.4:8761/eureka/") == (
@@ -302,7 +305,7 @@ class TestCluster:
 
     async def test_a_failed_lookup_keeps_the_peers(self, stub: StubDns):
         stub.set(NAME, ["127.0.0.3"])
-        settings = dns_settings(stub, host="127.0.0.2", peer_dns_interval=0.2)
+        settings = dns_settings(stub, server__host="127.0.0.2", peers__dns_interval=0.2)
         cluster = Cluster(Registry(), FakeClock(), settings)
         await cluster.start()
         try:
@@ -325,7 +328,7 @@ class TestCluster:
         ],
     )
     def test_a_node_knows_its_addresses(self, host: str, url: str, is_self: bool):
-        settings = Settings(host=host, insecure_public_bind=True)
+        settings = Settings.of(server__host=host, server__insecure_public_bind=True)
         assert is_self == Cluster(Registry(), FakeClock(), settings).is_self(url)
 
 
@@ -336,7 +339,9 @@ class TestShown:
         """GET status (JSON and XML) and the status page say what DNS named and which peers
         came of it; /metrics counts the lookups."""
         stub.set(NAME, ["127.0.0.5"])  # on loopback, where nothing listens
-        settings = dns_settings(stub, store=False, peer_dns_interval=60, peer_sync_budget=1)
+        settings = dns_settings(
+            stub, store__enabled=False, peers__dns_interval=60, peers__sync_budget=1
+        )
         client = await aiohttp_client(create_app(settings))
         status = await fetch_json(client, "/eureka/status")
         dns = status["membership"]["dns"]
@@ -371,7 +376,7 @@ class TestStart:
         answers (here: no peer but this node), they open."""
         stub.set(NAME, ["127.0.0.1"])
         stub.answering = False
-        settings = dns_settings(stub, store=False, peer_dns_interval=0.3)
+        settings = dns_settings(stub, store__enabled=False, peers__dns_interval=0.3)
         client = await aiohttp_client(create_app(settings, clock=clock))
         lifecycle = client.app[LIFECYCLE]  # type: ignore[index]
         assert lifecycle.phase is Phase.SYNCING

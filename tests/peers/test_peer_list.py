@@ -19,13 +19,15 @@ class TestSettings:
         """A TOML list or a comma-separated variable; each URL ends in a slash."""
         config = tmp_path / "r.toml"
         config.write_text(
-            'peers = ["http://10.0.0.2:8761/eureka", "http://10.0.0.3:8761/eureka/"]\n'
+            '[peers]\nurls = ["http://10.0.0.2:8761/eureka", "http://10.0.0.3:8761/eureka/"]\n'
         )
         assert ("http://10.0.0.2:8761/eureka/", "http://10.0.0.3:8761/eureka/") == (
-            Settings.load(config).peers
+            Settings.load(config).peers.urls
         )
-        environ = {"REGISTRY_PEERS": "http://a:1/eureka/, http://b:2/eureka/,"}
-        assert ("http://a:1/eureka/", "http://b:2/eureka/") == Settings.load(None, environ).peers
+        environ = {"REGISTRY_PEERS__URLS": "http://a:1/eureka/, http://b:2/eureka/,"}
+        assert ("http://a:1/eureka/", "http://b:2/eureka/") == Settings.load(
+            None, environ
+        ).peers.urls
 
     @pytest.mark.parametrize(
         ("url", "message"),
@@ -39,7 +41,7 @@ class TestSettings:
     def test_a_bad_peer_url_stops_start_up(self, url: str, message: str):
         """The message names the setting and the URL."""
         with pytest.raises(SettingsError, match=f"peers: '.*' .*{message}"):
-            Settings.load(None, {"REGISTRY_PEERS": url})
+            Settings.load(None, {"REGISTRY_PEERS__URLS": url})
 
 
 class TestSelf:
@@ -55,7 +57,7 @@ class TestSelf:
     )
     def test_a_node_knows_its_own_url(self, url: str, is_self: bool):
         """Same port and one of this machine's names, or exactly `my_url`."""
-        settings = Settings(my_url="http://registry-1.example:8761/eureka")
+        settings = Settings.of(peers__my_url="http://registry-1.example:8761/eureka")
         cluster = Cluster(Registry(), FakeClock(), settings)
         cluster._local_names = frozenset({"127.0.0.1", "localhost"})
         assert is_self == cluster.is_self(url)

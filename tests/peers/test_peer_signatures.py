@@ -30,15 +30,15 @@ BATCH = "/eureka/peerreplication/batch/"
 
 @pytest.fixture
 async def peer(aiohttp_server: AiohttpServer, clock: FakeClock) -> TestServer:
-    settings = Settings.load(None, {}, store=False, **_secrets())
+    settings = Settings.load(None, {}, store__enabled=False, **_secrets())
     return await aiohttp_server(create_app(settings, clock=clock))
 
 
 def _secrets() -> dict[str, object]:
     return {
-        "client_credentials": SECURED.client_credentials,
-        "admin_credentials": SECURED.admin_credentials,
-        "peer_credential": SECURED.peer_credential,
+        "credentials__clients": SECURED.credentials.clients,
+        "credentials__admins": SECURED.credentials.admins,
+        "credentials__peer": SECURED.credentials.peer,
     }
 
 
@@ -126,7 +126,7 @@ class TestReceiver:
         in as."""
         credential = "peer:pass:word"
         settings = Settings.load(
-            None, {}, store=False, **{**_secrets(), "peer_credential": credential}
+            None, {}, store__enabled=False, **{**_secrets(), "credentials__peer": credential}
         )
         peer = await aiohttp_server(create_app(settings, clock=clock))
         headers = signed(peer, clock, "/", credential=credential)
@@ -286,10 +286,10 @@ class TestSender:
         settings = Settings.load(
             None,
             {},
-            peers=[listed],
-            peer_dns="registry-peers.test",
-            peer_dns_nameservers=["127.0.0.1:9"],
-            peer_basic_fallback=True,
+            peers__urls=[listed],
+            peers__dns_name="registry-peers.test",
+            peers__dns_nameservers=["127.0.0.1:9"],
+            credentials__peer_basic_fallback=True,
             **_secrets(),
         )
         cluster = Cluster(Registry(), clock, settings)

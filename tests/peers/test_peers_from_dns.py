@@ -43,12 +43,12 @@ async def nodes(stub: StubDns, tmp_path: Path) -> AsyncIterator[dict[str, Server
     port = free_port()
     settings = {
         **TIMINGS,
-        "peer_dns": NAME,
-        "peer_dns_port": port,
-        "peer_dns_nameservers": stub.server,
-        "peer_dns_interval": 0.3,
-        "peer_dns_grace": 1,
-        "log_format": "json",
+        "peers__dns_name": NAME,
+        "peers__dns_port": port,
+        "peers__dns_nameservers": stub.server,
+        "peers__dns_interval": 0.3,
+        "peers__dns_grace": 1,
+        "logging__format": "json",
     }
     made = {
         host: ServerProcess(tmp_path / f"{host}.log", port, settings=settings, host=host)

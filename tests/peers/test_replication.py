@@ -4,7 +4,6 @@ what the sender does with the peer's answers (contract 11.2-11.4)."""
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 from typing import Any
 
 import aiohttp
@@ -33,13 +32,13 @@ REPLICATION = {"x-netflix-discovery-replication": "true"}
 @pytest.fixture
 async def peer(aiohttp_server: AiohttpServer, clock: FakeClock) -> TestServer:
     """Node B: a real app with no peers of its own."""
-    return await aiohttp_server(create_app(Settings(store=False), clock=clock))
+    return await aiohttp_server(create_app(Settings.of(store__enabled=False), clock=clock))
 
 
 @pytest.fixture
 async def node(aiohttp_client: AiohttpClient, peer: TestServer, clock: FakeClock) -> TestClient:
     """Node A, which replicates to B."""
-    settings = Settings(store=False, peers=(str(peer.make_url("/eureka/")),))
+    settings = Settings.of(store__enabled=False, peers__urls=(str(peer.make_url("/eureka/")),))
     client = await aiohttp_client(create_app(settings, clock=clock))
     await eventually(lambda: client.app[LIFECYCLE].serves_reads)  # type: ignore[index]
     return client
@@ -178,11 +177,11 @@ class TestConflicts:
 
 def absent_peer(port: int) -> Settings:
     """A node's settings whose only peer, on `port`, does not listen yet."""
-    return Settings(
-        store=False,
-        peers=(f"http://127.0.0.1:{port}/eureka/",),
-        peer_sync_budget=1,
-        peer_sync_empty_window=1,
+    return Settings.of(
+        store__enabled=False,
+        peers__urls=(f"http://127.0.0.1:{port}/eureka/",),
+        peers__sync_budget=1,
+        peers__sync_empty_window=1,
     )
 
 
@@ -190,12 +189,12 @@ class TestUnreachablePeer:
     @pytest.fixture
     async def lonely(self, aiohttp_client: AiohttpClient, clock: FakeClock) -> TestClient:
         """A node whose only peer does not listen."""
-        settings = Settings(
-            store=False,
-            peers=(f"http://127.0.0.1:{free_port()}/eureka/",),
-            replication_max_pending=5,
-            peer_sync_budget=1,
-            peer_sync_empty_window=60,
+        settings = Settings.of(
+            store__enabled=False,
+            peers__urls=(f"http://127.0.0.1:{free_port()}/eureka/",),
+            peers__max_pending=5,
+            peers__sync_budget=1,
+            peers__sync_empty_window=60,
         )
         return await aiohttp_client(create_app(settings, clock=clock))
 
@@ -242,7 +241,9 @@ class TestUnreachablePeer:
             await asyncio.sleep(0.01)
         d = dispatcher(a)
         assert (False, 1) == (d.stats.reachable, len(d.pending))
-        b = await aiohttp_server(create_app(Settings(store=False), clock=clock), port=port)
+        b = await aiohttp_server(
+            create_app(Settings.of(store__enabled=False), clock=clock), port=port
+        )
         await register_on(b)
         for _ in range(35):  # at most peer_probe_interval + SETTLE and a half second
             await clock.advance(0.1)
@@ -261,7 +262,7 @@ class TestUnreachablePeer:
         for a peer it could not reach tries again then, not when its pause (here at least
         15 s: peer_probe_interval 30 s) is over."""
         port = free_port()
-        settings = dataclasses.replace(absent_peer(port), peer_probe_interval=30)
+        settings = absent_peer(port).replace(peers__probe_interval=30)
         a = await aiohttp_client(create_app(settings, clock=clock))
         await register(a, iid="on-a")
         d = dispatcher(a)
@@ -275,7 +276,9 @@ class TestUnreachablePeer:
             await clock.advance(1)
             await asyncio.sleep(0.01)
         assert (False, 1) == (d.stats.reachable, len(d.pending))
-        b = await aiohttp_server(create_app(Settings(store=False), clock=clock), port=port)
+        b = await aiohttp_server(
+            create_app(Settings.of(store__enabled=False), clock=clock), port=port
+        )
         response = await a.get("/eureka/peerreplication/digest", headers=REPLICATION)
         assert 200 == response.status
         for _ in range(3):  # 0.3 s of the clock
@@ -297,7 +300,9 @@ class TestUnreachablePeer:
             await clock.advance(1)
             await asyncio.sleep(0.01)
         assert 0 == len(dispatcher(a).pending)
-        b = await aiohttp_server(create_app(Settings(store=False), clock=clock), port=port)
+        b = await aiohttp_server(
+            create_app(Settings.of(store__enabled=False), clock=clock), port=port
+        )
         await register_on(b)
         for _ in range(35):  # at most peer_probe_interval + SETTLE and a half second
             await clock.advance(0.1)
@@ -317,16 +322,16 @@ class TestAntiEntropy:
         batch that finds it back starts an anti-entropy round, which only looks. Reads open
         once a round (or the start-up sync) has copied what differed, never before."""
         port = free_port()
-        settings = dataclasses.replace(
-            absent_peer(port), peer_sync_budget=60, peer_sync_empty_window=60
-        )
+        settings = absent_peer(port).replace(peers__sync_budget=60, peers__sync_empty_window=60)
         a = await aiohttp_client(create_app(settings, clock=clock))
         await register(a, iid="on-a")
         for _ in range(20):  # the start-up sync's pauses grow to 5 s meanwhile
             await clock.advance(1)
             await asyncio.sleep(0.01)
         assert not a.app[LIFECYCLE].serves_reads  # type: ignore[index]
-        b = await aiohttp_server(create_app(Settings(store=False), clock=clock), port=port)
+        b = await aiohttp_server(
+            create_app(Settings.of(store__enabled=False), clock=clock), port=port
+        )
         await register_on(b)
         for _ in range(100):
             await clock.advance(0.1)
@@ -368,9 +373,14 @@ class TestAntiEntropy:
         """B throttles its clients hard; A's anti-entropy still pulls every application B
         holds alone in one round (peers are never throttled), the one after it saw them."""
         b = await aiohttp_server(
-            create_app(Settings(store=False, fetch_rate_limit=0.01, fetch_burst=1), clock=clock)
+            create_app(
+                Settings.of(
+                    store__enabled=False, limits__fetch_rate_limit=0.01, limits__fetch_burst=1
+                ),
+                clock=clock,
+            )
         )
-        settings = Settings(store=False, peers=(str(b.make_url("/eureka/")),))
+        settings = Settings.of(store__enabled=False, peers__urls=(str(b.make_url("/eureka/")),))
         a = await aiohttp_client(create_app(settings, clock=clock))
         await eventually(lambda: a.app[LIFECYCLE].serves_reads)  # type: ignore[index]
         for n in range(20):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 
 import aiohttp
 import orjson
@@ -29,12 +28,12 @@ ADMIN = {"Authorization": basic_authorization("ops:admin-pw")}
 
 
 def secured(peer_credential: str, peers: tuple[str, ...] = ()) -> Settings:
-    return Settings(
-        store=False,
-        client_credentials=("svc:client-pw",),
-        admin_credentials=("ops:admin-pw",),
-        peer_credential=peer_credential,
-        peers=peers,
+    return Settings.of(
+        store__enabled=False,
+        credentials__clients=("svc:client-pw",),
+        credentials__admins=("ops:admin-pw",),
+        credentials__peer=peer_credential,
+        peers__urls=peers,
     )
 
 
@@ -50,8 +49,8 @@ async def start_node(
     credential: str,
     data_dir: str = "data",
 ) -> TestClient:
-    settings = dataclasses.replace(
-        secured(credential, peers=(str(peer.make_url("/eureka/")),)), data_dir=data_dir
+    settings = secured(credential, peers=(str(peer.make_url("/eureka/")),)).replace(
+        store__data_dir=data_dir
     )
     return await aiohttp_client(create_app(settings, clock=clock))
 

@@ -165,7 +165,7 @@ def clock(document: dict[str, Any]) -> FakeClock:
 
 @pytest.fixture
 async def client(aiohttp_client: Client, clock: FakeClock) -> TestClient:
-    app = create_app(Settings(store=False), clock=clock)
+    app = create_app(Settings.of(store__enabled=False), clock=clock)
     test_client: TestClient = await aiohttp_client(app)
     return test_client
 

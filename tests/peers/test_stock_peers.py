@@ -71,7 +71,7 @@ async def stock_peer(
     async with aiohttp.ClientSession(auto_decompress=False) as session:
 
         async def make() -> TestServer:
-            settings = Settings(store=False, legacy_lease_expiry=True)
+            settings = Settings.of(store__enabled=False, leases__legacy_expiry=True)
             node = await aiohttp_server(create_app(settings, clock=clock))
             proxy = stock_shaped(str(node.make_url("")).rstrip("/"), session)
             proxy[NODE] = node
@@ -97,7 +97,7 @@ async def test_a_node_copies_a_stock_peer_and_opens_reads(
     async with aiohttp.ClientSession() as session:
         put = node_b.make_url("/eureka/apps/ORDERS/o-2/status?value=OUT_OF_SERVICE")
         assert 200 == (await session.put(put)).status
-    settings = Settings(store=False, peers=(str(stock.make_url("/eureka/")),))
+    settings = Settings.of(store__enabled=False, peers__urls=(str(stock.make_url("/eureka/")),))
     node: TestClient = await aiohttp_client(create_app(settings, clock=clock))
     await eventually(lambda: node.app[LIFECYCLE].serves_reads, what="reads open")
     assert has(node, "o-1") and has(node, "o-2")
@@ -119,7 +119,7 @@ async def test_a_node_copies_every_stock_peer(
     await register_on(running.app[NODE], "ORDERS", "o-1")
     peers = tuple(str(peer.make_url("/eureka/")) for peer in (restarting, running))
     node: TestClient = await aiohttp_client(
-        create_app(Settings(store=False, peers=peers), clock=clock)
+        create_app(Settings.of(store__enabled=False, peers__urls=peers), clock=clock)
     )
     await eventually(lambda: node.app[LIFECYCLE].serves_reads, what="reads open")
     assert has(node, "o-1")
@@ -130,7 +130,7 @@ async def test_what_replication_missed_is_pulled_from_a_stock_peer(
 ) -> None:
     """An instance only the stock peer holds reaches our node in the anti-entropy rounds
     after an interval, compared by the peer's registry (it has no digest to give)."""
-    settings = Settings(store=False, peers=(str(stock.make_url("/eureka/")),))
+    settings = Settings.of(store__enabled=False, peers__urls=(str(stock.make_url("/eureka/")),))
     node: TestClient = await aiohttp_client(create_app(settings, clock=clock))
     await eventually(lambda: node.app[LIFECYCLE].serves_reads, what="reads open")
     await register_on(stock.app[NODE], "ORDERS", "only-on-stock")
@@ -155,7 +155,7 @@ async def test_copies_live_while_the_stock_peer_renews_them(
     node_b = stock.app[NODE]
     for iid in ("alive", "stopped"):
         await register_on(node_b, "ORDERS", iid)
-    settings = Settings(store=False, peers=(str(stock.make_url("/eureka/")),))
+    settings = Settings.of(store__enabled=False, peers__urls=(str(stock.make_url("/eureka/")),))
     node: TestClient = await aiohttp_client(create_app(settings, clock=clock))
     await eventually(lambda: node.app[LIFECYCLE].serves_reads, what="reads open")
     async with aiohttp.ClientSession() as session:
@@ -182,7 +182,7 @@ async def test_an_override_a_stock_peer_lost_is_sent_to_it_again(
     UP): the rounds after an interval find ours missing there and replicate it again."""
     node_b = stock.app[NODE]
     await register_on(node_b, "ORDERS", "o-1")
-    settings = Settings(store=False, peers=(str(stock.make_url("/eureka/")),))
+    settings = Settings.of(store__enabled=False, peers__urls=(str(stock.make_url("/eureka/")),))
     node: TestClient = await aiohttp_client(create_app(settings, clock=clock))
     await eventually(lambda: node.app[LIFECYCLE].serves_reads, what="reads open")
     put = await node.put("/eureka/apps/ORDERS/o-1/status?value=OUT_OF_SERVICE&reason=disk")

@@ -164,7 +164,10 @@ async def test_the_life_cycle(
     aiohttp_client: Any, jars: dict[str, Path], tmp_path: Path, java: Java
 ) -> None:
     client: TestClient = await aiohttp_client(
-        TestServer(create_app(Settings(store=False, eviction_interval=1)), host="127.0.0.1")
+        TestServer(
+            create_app(Settings.of(store__enabled=False, leases__eviction_interval=1)),
+            host="127.0.0.1",
+        )
     )
     registry = client.app[REGISTRY]
     eureka = str(client.make_url("/eureka/"))
@@ -301,12 +304,12 @@ async def test_the_spring_client_across_two_peered_nodes(
     urls = [f"http://127.0.0.1:{port}/eureka/" for port in ports]
 
     async def node(port: int, peer: str) -> TestClient:
-        settings = Settings(
-            store=False,
-            peers=(peer,),
-            eviction_interval=1,
-            peer_sync_budget=1,
-            peer_sync_empty_window=1,
+        settings = Settings.of(
+            store__enabled=False,
+            peers__urls=(peer,),
+            leases__eviction_interval=1,
+            peers__sync_budget=1,
+            peers__sync_empty_window=1,
         )
         server = TestServer(create_app(settings), host="127.0.0.1", port=port)
         return await aiohttp_client(server)

@@ -197,13 +197,13 @@ class Ours:
         self.server = ServerProcess(
             directory / "registry.log",
             port,
-            settings={"data_dir": str(directory / "data"), "log_format": "json"},
+            settings={"store__data_dir": str(directory / "data"), "logging__format": "json"},
             args=["--config", str(self.config)],
         )
         self.url = self.server.eureka
 
     def peer_with(self, peers: list[str]) -> None:
-        self.config.write_text(f"peers = {orjson.dumps(peers).decode()}\n")
+        self.config.write_text(f"[peers]\nurls = {orjson.dumps(peers).decode()}\n")
 
     async def start(self) -> None:
         await self.server.start(timeout=TIMEOUT)

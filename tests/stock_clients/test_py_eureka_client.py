@@ -43,7 +43,7 @@ def blockbuster():
 
 async def test_py_eureka_client_lifecycle(aiohttp_client):
     """Register, heartbeat, fetch, override, re-register, delete override, stop."""
-    server = TestServer(create_app(Settings(eviction_interval=1)), host="127.0.0.1")
+    server = TestServer(create_app(Settings.of(leases__eviction_interval=1)), host="127.0.0.1")
     client = await aiohttp_client(server)
     registry = client.app[REGISTRY]
     url = f"http://127.0.0.1:{server.port}/eureka/"
@@ -93,7 +93,7 @@ async def test_py_eureka_client_lifecycle(aiohttp_client):
 
 async def test_py_eureka_client_with_credentials_in_its_url(aiohttp_client):
     """Stock clients send Basic credentials from `http://user:pass@host/eureka/` URLs."""
-    settings = Settings(client_credentials=("svc:s3cret",), admin_credentials=("ops:adm1n",))
+    settings = Settings.of(credentials__clients=("svc:s3cret",), credentials__admins=("ops:adm1n",))
     server = TestServer(create_app(settings), host="127.0.0.1")
     client = await aiohttp_client(server)
     registry = client.app[REGISTRY]
@@ -122,9 +122,7 @@ async def test_py_eureka_client_stops_calling_an_instance_its_check_holds_down(a
     service.router.add_get("/health", answer)
     target = TestServer(service, host="127.0.0.1")
     await target.start_server()
-    settings = Settings(
-        health_check_loopback=True, health_check_min_interval=1, health_check_failures=2
-    )
+    settings = Settings.of(checks__loopback=True, checks__min_interval=1, checks__failures=2)
     server = TestServer(create_app(settings), host="127.0.0.1")
     client = await aiohttp_client(server)
     doc = instance_doc(

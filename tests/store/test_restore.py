@@ -96,7 +96,7 @@ class TestWarmRestart:
         async def before(client):
             await register(client)
 
-        settings = Settings(peers=(UNREACHABLE_PEER,))
+        settings = Settings.of(peers__urls=(UNREACHABLE_PEER,))
         client = await restarted(aiohttp_client, clock, settings, before)
         await asyncio.sleep(0)
         response = await client.get("/eureka/apps", headers=JSON)
@@ -105,5 +105,7 @@ class TestWarmRestart:
         assert status["generalStats"]["reads-reason"].startswith("restored 1 instances")
 
     async def test_without_stored_state_the_node_waits_for_its_peers(self, aiohttp_client, clock):
-        client = await aiohttp_client(create_app(Settings(peers=(UNREACHABLE_PEER,)), clock=clock))
+        client = await aiohttp_client(
+            create_app(Settings.of(peers__urls=(UNREACHABLE_PEER,)), clock=clock)
+        )
         assert 403 == (await client.get("/eureka/apps")).status

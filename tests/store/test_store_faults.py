@@ -22,7 +22,7 @@ from tests.privileged import unavailable
 
 @pytest.fixture
 def settings() -> Settings:
-    return Settings(store_busy_timeout=0.05)
+    return Settings.of(store__busy_timeout=0.05)
 
 
 async def store_status(client) -> dict:
@@ -59,7 +59,7 @@ class TestLockedStore:
 class TestStoreOff:
     @pytest.fixture
     def settings(self) -> Settings:
-        return Settings(store=False)
+        return Settings.of(store__enabled=False)
 
     async def test_status_says_so(self, client):
         assert {"enabled": False} == await store_status(client)
@@ -99,7 +99,9 @@ def fill(where: Path) -> Path:
 
 class TestFullDisk:
     async def test_a_full_disk_degrades_and_recovers(self, aiohttp_client, clock, tmpfs):
-        client = await aiohttp_client(create_app(Settings(data_dir=str(tmpfs)), clock=clock))
+        client = await aiohttp_client(
+            create_app(Settings.of(store__data_dir=str(tmpfs)), clock=clock)
+        )
         await register(client)
         writer = client.app[WRITER]
         await writer.flush()
@@ -134,13 +136,17 @@ class TestReadOnlyDirectory:
         """The node starts from memory (degraded) while its data directory cannot be written;
         once it can, what the store kept comes back and this run's changes are written."""
         data = tmp_path / "data"
-        first = await aiohttp_client(create_app(Settings(data_dir=str(data)), clock=clock))
+        first = await aiohttp_client(
+            create_app(Settings.of(store__data_dir=str(data)), clock=clock)
+        )
         await register(first, iid="kept")
         await first.close()
         if not await asyncio.to_thread(chattr, "+i", data):
             unavailable("chattr +i needs root and a file system that has it")
         try:
-            client = await aiohttp_client(create_app(Settings(data_dir=str(data)), clock=clock))
+            client = await aiohttp_client(
+                create_app(Settings.of(store__data_dir=str(data)), clock=clock)
+            )
             await register(client, iid="new")
             assert 200 == (await client.put("/eureka/apps/ORDERS/new")).status
             assert (await store_status(client))["degraded"] is True
@@ -167,7 +173,9 @@ class TestCorruptStore:
     async def test_moved_aside_and_said_so(self, aiohttp_client, clock, tmp_path):
         data = await self.corrupt(tmp_path)
         with capture_logs() as logs:
-            client = await aiohttp_client(create_app(Settings(data_dir=str(data)), clock=clock))
+            client = await aiohttp_client(
+                create_app(Settings.of(store__data_dir=str(data)), clock=clock)
+            )
         aside = data / f"registry.db.corrupt-{clock.wall_ms()}"
         assert self.GARBAGE == await asyncio.to_thread(aside.read_bytes)
         (logged,) = [e for e in logs if e["event"] == "store_corrupt_moved_aside"]
@@ -180,7 +188,7 @@ class TestCorruptStore:
         assert ["store lost: clients register again"] == (await closed.json())["reasons"]
         assert 403 == (await client.get("/eureka/apps")).status
         await register(client, iid="back")
-        await clock.advance(Settings().peer_sync_empty_window)
+        await clock.advance(Settings().peers.sync_empty_window)
         ready = await client.get("/readyz")
         body = await ready.json()
         assert 200 == ready.status  # then it serves: what it lost stays a warning
@@ -191,13 +199,15 @@ class TestCorruptStore:
 
     async def test_served_empty_at_once_when_told_to(self, aiohttp_client, clock, tmp_path):
         data = await self.corrupt(tmp_path)
-        settings = Settings(data_dir=str(data), serve_empty_store=True)
+        settings = Settings.of(store__data_dir=str(data), store__serve_empty=True)
         client = await aiohttp_client(create_app(settings, clock=clock))
         assert 200 == (await client.get("/readyz")).status
 
     async def test_refused_when_told_to(self, clock, tmp_path):
         data = await self.corrupt(tmp_path)
-        app = create_app(Settings(data_dir=str(data), refuse_corrupt_store=True), clock=clock)
+        app = create_app(
+            Settings.of(store__data_dir=str(data), store__refuse_corrupt=True), clock=clock
+        )
         runner = web.AppRunner(app)
         with pytest.raises(CorruptStore, match="not a sound database"):
             await runner.setup()
@@ -229,7 +239,7 @@ class TestReadiness:
         await writer.flush()
         assert 200 == (await client.get("/readyz")).status
 
-    @pytest.mark.parametrize("settings", [Settings(peers=("http://127.0.0.1:9/eureka/",))])
+    @pytest.mark.parametrize("settings", [Settings.of(peers__urls=("http://127.0.0.1:9/eureka/",))])
     async def test_not_ready_while_reads_wait_for_peers(self, client, settings):
         """/readyz, open to anyone, says why in fixed words; which peers failed, and how, is
         GET status's (a node syncing from 300 unreachable peers answered 26 KB of them)."""
