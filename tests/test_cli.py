@@ -84,14 +84,14 @@ async def test_bad_settings_stop_start_up_naming_the_key():
     """A bad environment value exits 2 with the key in the message."""
     done = await run("serve", settings={"server__port": "eighty"})
     assert 2 == done.returncode
-    assert "port: 'eighty' is not a valid int" in done.stderr
+    assert "server.port: Expected int, got str (given 'eighty')" in done.stderr
 
 
 async def test_a_public_bind_without_credentials_stops_start_up():
     """Exit 2, naming the settings that would make it safe, and the insecure way out."""
     done = await run("serve", "--host", "0.0.0.0")
     assert 2 == done.returncode
-    for setting in ("client_credentials", "admin_credentials", "insecure_public_bind"):
+    for setting in ("credentials.clients", "credentials.admins", "insecure_public_bind"):
         assert setting in done.stderr
 
 

@@ -201,7 +201,7 @@ class TestCap:
 
     def test_the_setting(self):
         assert 3 == Settings.load(None, {"REGISTRY_PEERS__DNS_MAX_PEERS": "3"}).peers.dns_max_peers
-        with pytest.raises(SettingsError, match="peer_dns_max_peers: must be at least 1"):
+        with pytest.raises(SettingsError, match=r"peers.dns_max_peers: Expected int >= 1"):
             Settings.load(None, {}, peers__dns_max_peers=0)
 
 
@@ -209,13 +209,16 @@ class TestSettings:
     @pytest.mark.parametrize(
         ("values", "message"),
         [
-            ({"peers__dns_name": "not a name"}, "peer_dns: 'not a name' is not a DNS name"),
+            ({"peers__dns_name": "not a name"}, "peers.dns_name: 'not a name' is not a DNS name"),
             ({"peers__dns_nameservers": ["dns.example:53"]}, "not an address:port"),
             ({"peers__dns_nameservers": ["127.0.0.1:0"]}, "invalid port"),
             ({"peers__dns_path": "eureka/"}, "must be a path"),
             ({"peers__dns_path": "/eu reka/"}, "must be a path"),
-            ({"peers__dns_interval": 0}, "must be positive"),
-            ({"peers__dns_name": "peers.test", "credentials__clients": ["c:p"]}, "peer_credential"),
+            ({"peers__dns_interval": 0}, "peers.dns_interval: Expected float > 0"),
+            (
+                {"peers__dns_name": "peers.test", "credentials__clients": ["c:p"]},
+                "credentials.peer",
+            ),
         ],
     )
     def test_bad_values_stop_start_up(self, values: dict[str, object], message: str):

@@ -40,7 +40,7 @@ class TestSettings:
     )
     def test_a_bad_peer_url_stops_start_up(self, url: str, message: str):
         """The message names the setting and the URL."""
-        with pytest.raises(SettingsError, match=f"peers: '.*' .*{message}"):
+        with pytest.raises(SettingsError, match=f"peers.urls: '.*' .*{message}"):
             Settings.load(None, {"REGISTRY_PEERS__URLS": url})
 
 
