@@ -32,14 +32,14 @@ def write(tmp_path: Path, text: str) -> Path:
 def problems(config: Path | None, environ: dict[str, str] | None = None) -> tuple[str, ...]:
     """What loading `config` and `environ` is refused for, a problem a line."""
     with pytest.raises(SettingsError) as refused:
-        Settings.load(config, environ)
+        load_settings(config, environ)
     return refused.value.problems
 
 
 class TestFiles:
     def test_default_toml_is_the_built_in_default(self):
         """config/default.toml states exactly the built-in values, key for key."""
-        assert Settings() == Settings.load(DEFAULT_CONFIG)
+        assert Settings() == load_settings(DEFAULT_CONFIG).settings
 
     def test_default_toml_states_every_setting_by_section(self):
         """Every key of every section is in the file, under its section, and nothing flat."""
@@ -71,13 +71,13 @@ class TestFiles:
 
     def test_a_section_given_as_a_value_is_refused(self, tmp_path: Path):
         with pytest.raises(SettingsError, match=r"leases: a section \(\[leases\]\), not a setting"):
-            Settings.load(write(tmp_path, "leases = 5\n"))
+            load_settings(write(tmp_path, "leases = 5\n"))
 
     def test_unreadable_toml_names_the_file(self, tmp_path: Path):
         """A file that is not TOML is reported with its path."""
         config = write(tmp_path, "port = \n")
         with pytest.raises(SettingsError, match=str(config)):
-            Settings.load(config)
+            load_settings(config)
 
 
 class TestLayers:
@@ -92,7 +92,7 @@ class TestLayers:
             "REGISTRY_READS__DISABLE_DELTA": "true",
             "HOME": "/root",
         }
-        settings = Settings.load(config, environ, server__port=9200, server__host=None)
+        settings = load_settings(config, environ, server__port=9200, server__host=None).settings
         assert (9200, 2.0, "json", True, "127.0.0.1") == (
             settings.server.port,
             settings.leases.eviction_interval,
@@ -114,14 +114,14 @@ class TestLayers:
         assert config == loaded.path
 
     def test_lists_come_from_the_environment_comma_separated(self):
-        settings = Settings.load(
+        settings = load_settings(
             None,
             {
                 "REGISTRY_CREDENTIALS__CLIENTS": "a:1, b:2",
                 "REGISTRY_CREDENTIALS__ADMIN_TOKENS": "t1",
                 "REGISTRY_CREDENTIALS__PEER": "p:3",
             },
-        )
+        ).settings
         assert (("a:1", "b:2"), ("t1",), "p:3") == (
             settings.credentials.clients,
             settings.credentials.admin_tokens,
@@ -132,12 +132,12 @@ class TestLayers:
     @pytest.mark.parametrize(("text", "value"), [("yes", True), ("No", False), ("1", True)])
     def test_booleans_from_the_environment(self, text: str, value: bool):
         environ = {"REGISTRY_LEASES__LEGACY_EXPIRY": text}
-        assert value is Settings.load(None, environ).leases.legacy_expiry
+        assert value is load_settings(None, environ).settings.leases.legacy_expiry
 
     def test_peers_are_one_each_with_or_without_the_trailing_slash(self):
-        settings = Settings.load(
+        settings = load_settings(
             None, {}, peers__urls="http://a:8761/eureka, http://a:8761/eureka/"
-        )
+        ).settings
         assert ("http://a:8761/eureka/",) == settings.peers.urls
 
     @pytest.mark.parametrize(
@@ -156,7 +156,7 @@ class TestLayers:
         pod of its namespace: the refusal says so, and how to turn them off, rather than call
         them unknown settings."""
         with pytest.raises(SettingsError, match=f"{key}: .*enableServiceLinks: false"):
-            Settings.load(None, {key: value})
+            load_settings(None, {key: value})
 
 
 class TestRefusals:
@@ -193,7 +193,7 @@ class TestRefusals:
     def test_bad_values_fail_naming_their_section_and_key(self, environ, message: str):
         """A bad value stops start-up with its section and key in the message."""
         with pytest.raises(SettingsError, match=message):
-            Settings.load(None, environ)
+            load_settings(None, environ)
 
     def test_every_problem_is_told_not_only_the_first(self, tmp_path: Path):
         config = write(
@@ -351,7 +351,7 @@ class TestDeprecatedNames:
 
     def test_given_both_ways_in_the_environment_is_refused_naming_both(self):
         with pytest.raises(SettingsError) as refused:
-            Settings.load(None, {"REGISTRY_SERVER__PORT": "1", "REGISTRY_PORT": "2"})
+            load_settings(None, {"REGISTRY_SERVER__PORT": "1", "REGISTRY_PORT": "2"})
         assert (
             "server.port: given twice, as REGISTRY_PORT (deprecated) and as "
             "REGISTRY_SERVER__PORT; keep REGISTRY_SERVER__PORT only",
@@ -362,5 +362,5 @@ class TestDeprecatedNames:
 
     def test_given_both_ways_in_two_layers_the_later_wins(self, tmp_path: Path):
         config = write(tmp_path, "[server]\nport = 1\n")
-        assert 2 == Settings.load(config, {"REGISTRY_PORT": "2"}).server.port
-        assert 1 == Settings.load(write(tmp_path, "port = 1\n"), {}).server.port
+        assert 2 == load_settings(config, {"REGISTRY_PORT": "2"}).settings.server.port
+        assert 1 == load_settings(write(tmp_path, "port = 1\n"), {}).settings.server.port

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import typing
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -25,7 +24,7 @@ SEPARATOR = "__"  # between section and key: `leases__eviction_interval`
 
 
 class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """Every setting, by section. Built by `Settings.load` (defaults, a TOML file, the
+    """Every setting, by section. Built by `load_settings` (layers.py: defaults, a TOML file, the
     environment, flags) or, in tests, `Settings.of(section__key=value, ...)`."""
 
     server: sections.ServerSettings = msgspec.field(default_factory=sections.ServerSettings)
@@ -99,20 +98,6 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
         for section, given in nested(values).items():
             current[section].update(given)
         return build(current)
-
-    @classmethod
-    def load(
-        cls,
-        toml_path: Path | None = None,
-        environ: Mapping[str, str] | None = None,
-        **flags: Any,
-    ) -> Settings:
-        """Defaults, then the TOML file, then `REGISTRY_<SECTION>__<KEY>` variables, then
-        `flags` (named `section__key`; None: not given). `load_settings` says, besides, where
-        each value came from and which deprecated names were used."""
-        from registry.settings.layers import load_settings  # it builds on this module
-
-        return load_settings(toml_path, environ, **flags).settings
 
 
 def nested(values: Mapping[str, Any]) -> dict[str, dict[str, Any]]:

@@ -153,7 +153,7 @@ def _environment() -> dict[str, str]:
 
 
 def _settings() -> Settings:
-    return Settings.load(environ=_environment())
+    return load_settings(environ=_environment()).settings
 
 
 def _container_port() -> tuple[str, int]:
@@ -350,10 +350,10 @@ class TestSettings:
                 links[f"{prefix}_ADDR"] = ip
         environ = {**links, **_environment()}  # the pod's own variables win
         if _pod_spec().get("enableServiceLinks", True):
-            Settings.load(environ=environ)
+            load_settings(environ=environ)
         else:  # why they are off: the node would refuse to start, saying so
             with pytest.raises(SettingsError, match="enableServiceLinks: false"):
-                Settings.load(environ=environ)
+                load_settings(environ=environ)
 
     def test_grace_period_covers_the_shutdown_delay(self):
         """The kubelet waits out the shutdown delay and the drain after it before it kills."""

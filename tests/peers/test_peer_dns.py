@@ -18,7 +18,7 @@ from registry import FakeClock, Settings, create_app
 from registry.appkeys import CLUSTER, LIFECYCLE
 from registry.core.registry import Registry
 from registry.lifecycle import Phase
-from registry.settings import SettingsError
+from registry.settings import SettingsError, load_settings
 from tests.dns_server import StubDns
 from tests.helpers import JSON, fetch_json
 from tests.peers.apps import AiohttpClient
@@ -40,7 +40,7 @@ def dns_settings(stub: StubDns, **more: object) -> Settings:
         "peers__dns_interval": 0.5,  # a lookup gives up after this long (at most 5 s)
         **more,
     }
-    return Settings.load(None, {}, **values)
+    return load_settings(None, {}, **values).settings
 
 
 class TestLookup:
@@ -200,9 +200,14 @@ class TestCap:
         ]
 
     def test_the_setting(self):
-        assert 3 == Settings.load(None, {"REGISTRY_PEERS__DNS_MAX_PEERS": "3"}).peers.dns_max_peers
+        assert (
+            3
+            == load_settings(
+                None, {"REGISTRY_PEERS__DNS_MAX_PEERS": "3"}
+            ).settings.peers.dns_max_peers
+        )
         with pytest.raises(SettingsError, match=r"peers.dns_max_peers: Expected int >= 1"):
-            Settings.load(None, {}, peers__dns_max_peers=0)
+            load_settings(None, {}, peers__dns_max_peers=0)
 
 
 class TestSettings:
@@ -223,24 +228,24 @@ class TestSettings:
     )
     def test_bad_values_stop_start_up(self, values: dict[str, object], message: str):
         with pytest.raises(SettingsError, match=message):
-            Settings.load(None, {}, **values)
+            load_settings(None, {}, **values)
 
     def test_the_path_gets_its_trailing_slash(self):
         """As `peers` do: peers' requests are made below it (`{url}apps/`)."""
         assert (
             "/eureka/"
-            == Settings.load(None, {"REGISTRY_PEERS__DNS_PATH": "/eureka"}).peers.dns_path
+            == load_settings(None, {"REGISTRY_PEERS__DNS_PATH": "/eureka"}).settings.peers.dns_path
         )
 
     def test_from_the_environment(self):
-        settings = Settings.load(
+        settings = load_settings(
             None,
             {
                 "REGISTRY_PEERS__DNS_NAME": "registry-peers.default.svc.cluster.local",
                 "REGISTRY_PEERS__DNS_NAMESERVERS": "127.0.0.1:5353,[::1]:5353",
                 "REGISTRY_PEERS__DNS_INTERVAL": "5",
             },
-        )
+        ).settings
         assert ("127.0.0.1:5353", "[::1]:5353") == settings.peers.dns_nameservers
         assert 5.0 == settings.peers.dns_interval
 

@@ -10,7 +10,7 @@ from aiohttp.test_utils import TestClient
 from peers.cluster import Cluster
 from registry import FakeClock, Settings
 from registry.core.registry import Registry
-from registry.settings import SettingsError
+from registry.settings import SettingsError, load_settings
 from tests.helpers import fetch_json
 
 
@@ -22,12 +22,12 @@ class TestSettings:
             '[peers]\nurls = ["http://10.0.0.2:8761/eureka", "http://10.0.0.3:8761/eureka/"]\n'
         )
         assert ("http://10.0.0.2:8761/eureka/", "http://10.0.0.3:8761/eureka/") == (
-            Settings.load(config).peers.urls
+            load_settings(config).settings.peers.urls
         )
         environ = {"REGISTRY_PEERS__URLS": "http://a:1/eureka/, http://b:2/eureka/,"}
-        assert ("http://a:1/eureka/", "http://b:2/eureka/") == Settings.load(
+        assert ("http://a:1/eureka/", "http://b:2/eureka/") == load_settings(
             None, environ
-        ).peers.urls
+        ).settings.peers.urls
 
     @pytest.mark.parametrize(
         ("url", "message"),
@@ -41,7 +41,7 @@ class TestSettings:
     def test_a_bad_peer_url_stops_start_up(self, url: str, message: str):
         """The message names the setting and the URL."""
         with pytest.raises(SettingsError, match=f"peers.urls: '.*' .*{message}"):
-            Settings.load(None, {"REGISTRY_PEERS__URLS": url})
+            load_settings(None, {"REGISTRY_PEERS__URLS": url})
 
 
 class TestSelf:

@@ -15,10 +15,11 @@ from aiohttp.test_utils import TestServer
 
 from peers.cluster import Cluster
 from peers.transport import PeerClient, PeerRefused, Signer, new_session
-from registry import FakeClock, Settings, create_app
+from registry import FakeClock, create_app
 from registry.codec.peer_signature import peer_key, sign
 from registry.core.registry import Registry
 from registry.http import peer_signatures
+from registry.settings import load_settings
 from tests.credentials import AS_PEER, PEER_PW, SECURED
 from tests.helpers import instance_doc
 from tests.peers.apps import AiohttpServer, has
@@ -30,7 +31,7 @@ BATCH = "/eureka/peerreplication/batch/"
 
 @pytest.fixture
 async def peer(aiohttp_server: AiohttpServer, clock: FakeClock) -> TestServer:
-    settings = Settings.load(None, {}, store__enabled=False, **_secrets())
+    settings = load_settings(None, {}, store__enabled=False, **_secrets()).settings
     return await aiohttp_server(create_app(settings, clock=clock))
 
 
@@ -125,9 +126,9 @@ class TestReceiver:
         the password may hold more): the status page a peer fetches says whom it is signed
         in as."""
         credential = "peer:pass:word"
-        settings = Settings.load(
+        settings = load_settings(
             None, {}, store__enabled=False, **{**_secrets(), "credentials__peer": credential}
-        )
+        ).settings
         peer = await aiohttp_server(create_app(settings, clock=clock))
         headers = signed(peer, clock, "/", credential=credential)
         async with (
@@ -283,7 +284,7 @@ class TestSender:
     async def test_only_peers_listed_in_the_setting_may_get_basic(self, clock):
         """A peer a DNS answer named never does, whatever the setting says."""
         listed = "http://127.0.0.3:8761/eureka/"
-        settings = Settings.load(
+        settings = load_settings(
             None,
             {},
             peers__urls=[listed],
@@ -291,7 +292,7 @@ class TestSender:
             peers__dns_nameservers=["127.0.0.1:9"],
             credentials__peer_basic_fallback=True,
             **_secrets(),
-        )
+        ).settings
         cluster = Cluster(Registry(), clock, settings)
         await cluster.start()
         try:
