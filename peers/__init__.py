@@ -5,7 +5,7 @@
 encodes them when sent (`items`) and talks HTTP (`transport`). `startup_sync` copies a peer's
 registry at start-up and `anti_entropy` repairs differences found by comparing `digest`s, both
 through `merge`. What peers send this node is read and applied by
-`registry/http/peer_api.py`. Peers found by DNS (`peer_dns`) are screened by
+`registry/http/peer_api.py`. Peers found by DNS (`peers.dns_name`) are screened by
 `peer_addresses` and capped by `membership`; `transport` signs every request
 (registry/codec/peer_signature.py) rather than send the peer credential.
 """

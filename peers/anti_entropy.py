@@ -1,6 +1,6 @@
 """Anti-entropy: peers compare per-application digests and repair differences by pulling.
 
-Every `anti_entropy_interval`, at once when a peer that could not be reached answers again,
+Every `peers.anti_entropy_interval`, at once when a peer that could not be reached answers again,
 and at once after a restart from the store, this node asks each peer for its digests and, for
 the applications whose digest differs from ours, fetches the peer's instances and the removals
 it remembers, taking what wins by the rule of registry/core/tombstones.py (see `peers.merge`). The

@@ -1,6 +1,6 @@
 """This node's peers: a dispatcher for each, fed by the registry with the commands this node
 received from clients and admins (`on_replicate`), and who they are (peers/membership.py): the
-`peers` setting, which a reload can change, and what DNS names (peers/peer_dns.py), both
+`peers.urls` setting, which a reload can change, and what DNS names (peers/peer_dns.py), both
 followed while the node runs.
 
 A node skips its own URL (contract 11.1): the one `my_url` names, or one whose port is ours and
@@ -86,7 +86,7 @@ class Cluster(Subscriber):
 
     def dns_found(self, urls: Iterable[str], refused: dict[str, int] | None = None) -> None:
         """DNS named these peers, in a stable order (our own address among them is skipped,
-        and those beyond `peer_dns_max_peers` are only counted), and refused `refused`."""
+        and those beyond `peers.dns_max_peers` are only counted), and refused `refused`."""
         found = [url for url in urls if not self.is_self(url)]
         self.membership.found(
             found, self._clock.monotonic(), self._clock.wall_ms(), refused=refused

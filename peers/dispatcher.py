@@ -1,14 +1,14 @@
 """One peer's dispatcher: sends it, in batches, every change it is owed (contract 11.3, 11.4).
 
 Queueing is a synchronous dictionary operation, so a slow or dead peer never slows a client
-request. A batch leaves when its oldest change has waited `replication_change_delay`, its
-oldest heartbeat `replication_batch_delay` (time for newer heartbeats to replace it), or when
+request. A batch leaves when its oldest change has waited `peers.change_delay`, its
+oldest heartbeat `peers.batch_delay` (time for newer heartbeats to replace it), or when
 a full batch is waiting. One batch is in flight at a time, so the peer applies changes in the
 order they happened here.
 
 A network error, a timeout or a 503 puts the batch back and pauses with exponential backoff and
-jitter: up to `replication_max_backoff` for a busy peer (a read timeout, a 503), up to
-`peer_probe_interval` for one that cannot be reached, so that its return is noticed in seconds
+jitter: up to `peers.max_backoff` for a busy peer (a read timeout, a 503), up to
+`peers.probe_interval` for one that cannot be reached, so that its return is noticed in seconds
 (and `on_return` called: the cluster runs anti-entropy with it at once), or at once when a peer
 calls this node (a restarted node calls its peers as it starts). Any other refusal drops
 the batch (counted). Per-item

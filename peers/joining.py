@@ -1,15 +1,15 @@
 """A node's place among its peers for the server's run, and what it serves at start.
 
-The cluster is started (peers/cluster.py) and, with `peer_dns`, its first answer awaited: it
+The cluster is started (peers/cluster.py) and, with `peers.dns_name`, its first answer awaited: it
 decides whether there are peers to copy. Anti-entropy (anti_entropy.py) and the DNS lookups
 run until shutdown. The start decides when reads open:
 - restored state is served at once, and brought level with the peers at once: what they
   removed or changed while this node was down;
 - otherwise, with peers (or DNS that has not told yet whether there are any), SYNCING while
   the registry is copied from them (startup_sync.py);
-- with no peer and a store that could not be restored, SYNCING for `peer_sync_empty_window`
+- with no peer and a store that could not be restored, SYNCING for `peers.sync_empty_window`
   (clients' heartbeats are answered 404 meanwhile, so they register again), unless
-  `serve_empty_store`;
+  `store.serve_empty`;
 - else SERVING.
 """
 
@@ -45,7 +45,7 @@ async def joined(
     peer_dns = None
     if settings.peers.dns_name:
         # Imported only when used: dnspython takes 30 ms to import, which every start of a
-        # node without peer_dns would pay.
+        # node without peers.dns_name would pay.
         from peers.peer_dns import PeerDns, refresh
 
         peer_dns = PeerDns(settings)
@@ -98,7 +98,7 @@ async def joined(
                 Phase.SYNCING,
                 f"the store could not be restored ({store_lost()}) and there is no peer to "
                 f"copy: reads open in {window:g} s, once clients have registered again (their "
-                "heartbeats are answered 404 meanwhile), or at once with serve_empty_store",
+                "heartbeats are answered 404 meanwhile), or at once with store.serve_empty",
             )
             loops.start(
                 lambda: _open_reads_after(clock, lifecycle, window), name="empty_store_window"
@@ -114,7 +114,7 @@ def _dns_silent(cluster: Cluster) -> str:
     dns = cluster.membership.dns
     if dns is None or dns.answered:
         return ""
-    return f"peer_dns has not answered yet ({dns.last_error})"
+    return f"peers.dns_name has not answered yet ({dns.last_error})"
 
 
 async def _open_reads_after(clock: Clock, lifecycle: Lifecycle, window: float) -> None:

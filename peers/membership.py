@@ -1,7 +1,7 @@
 """Who this node's peers are: the `peers` setting (a SIGHUP may change it) and what DNS last
-answered for `peer_dns`, with the changes that came of them.
+answered for `peers.dns_name`, with the changes that came of them.
 
-A peer that DNS stops naming is kept for `peer_dns_grace` after it was last named: a node that
+A peer that DNS stops naming is kept for `peers.dns_grace` after it was last named: a node that
 restarts on its address, or a lookup that answers from a server not yet up to date, does not
 cost its queue. (A Kubernetes pod made anew usually has a new address: it is a new peer, and
 its old address goes after the grace; anti-entropy brings the new one level.)
@@ -24,7 +24,7 @@ CHANGES_KEPT = 50  # the latest membership changes, for the status page
 
 @dataclass(slots=True)
 class DnsLookups:
-    """What the lookups of `peer_dns` gave so far."""
+    """What the lookups of `peers.dns_name` gave so far."""
 
     name: str
     lookups: int = 0
@@ -33,7 +33,7 @@ class DnsLookups:
     last_success_ms: int | None = None
     last_error: str = ""
     found: tuple[str, ...] = ()  # the URLs the last answer named (this node's own left out)
-    max_peers: int = 16  # at most this many of them are taken (`peer_dns_max_peers`)
+    max_peers: int = 16  # at most this many of them are taken (`peers.dns_max_peers`)
     dropped: int = 0  # how many more the last answer named, beyond max_peers
     refused: dict[str, int] = field(default_factory=dict)  # its addresses no peer can have
 
@@ -82,7 +82,7 @@ class Membership:
         """DNS answered with `urls` (in a stable order), and refused `refused`: the first
         `max_peers` are peers, the rest are counted; one it no longer names goes after the
         grace."""
-        assert self.dns is not None, "no peer_dns to look up"
+        assert self.dns is not None, "no peers.dns_name to look up"
         named = tuple(dict.fromkeys(urls))
         dns = self.dns
         dns.dropped = max(len(named) - dns.max_peers, 0)
@@ -100,7 +100,7 @@ class Membership:
 
     def failed(self, error: str, wall_ms: int) -> None:
         """A lookup failed: the peers stay as they are."""
-        assert self.dns is not None, "no peer_dns to look up"
+        assert self.dns is not None, "no peers.dns_name to look up"
         dns = self.dns
         dns.lookups += 1
         dns.failures += 1

@@ -1,16 +1,16 @@
-"""Peers from DNS (`peer_dns`): the name looked up at start and every `peer_dns_interval`.
+"""Peers from DNS (`peers.dns_name`): the name looked up at start and every `peers.dns_interval`.
 
 A name with SRV records (`_http._tcp.registry.ns.svc.cluster.local`, or a headless Service's
-own name) gives each target at its port (`peer_dns_port` where a target has several); any
-other name, each of its addresses at `peer_dns_port`: IPv4 when it has any, else IPv6 (a
+own name) gives each target at its port (`peers.dns_port` where a target has several); any
+other name, each of its addresses at `peers.dns_port`: IPv4 when it has any, else IPv6 (a
 dual-stack pod must not be two peers). A lookup, every query in it, takes
-`min(LOOKUP_TIMEOUT, peer_dns_interval)` at most.
+`min(LOOKUP_TIMEOUT, peers.dns_interval)` at most.
 Peers are named by address, `http://10.0.0.5:8761/eureka/`, so a node knows itself by its own
 addresses (peers/cluster.py), never by comparing host names.
 
 Lookups go through dnspython's asyncio resolver: pure Python (nothing to compile in the image),
 SRV and AAAA as well as A, the system's resolv.conf (search domains and all, as a pod's DNS
-needs) or explicit `peer_dns_nameservers` with their ports. Its cache is off: a peer's new
+needs) or explicit `peers.dns_nameservers` with their ports. Its cache is off: a peer's new
 address should be seen at the next lookup.
 """
 
@@ -157,7 +157,7 @@ def _srv_targets(
     records: Iterable[tuple[dns.name.Name, int]], *, wanted_port: int
 ) -> list[tuple[dns.name.Name, int]]:
     """One port per target: a Service with several ports (metrics beside the API) lists each
-    pod once per port; `peer_dns_port` is the one chosen where it is among them. The root
+    pod once per port; `peers.dns_port` is the one chosen where it is among them. The root
     target (`.`: "no such service here") is no peer."""
     ports: dict[dns.name.Name, list[int]] = {}
     for target, port in records:

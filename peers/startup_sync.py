@@ -4,13 +4,13 @@ and its overrides. From a stock Eureka server (known by its answers: peers/trans
 its registry alone, which is all Eureka's own nodes copy from each other, and from every stock
 peer that answers: a stock server serves reads before it has copied its own peers.
 
-Attempts go to each peer in turn, with growing pauses, for at most `peer_sync_budget` seconds.
+Attempts go to each peer in turn, with growing pauses, for at most `peers.sync_budget` seconds.
 Reads open as soon as one peer's registry has been copied, or when every peer answers that it
 is starting too (a new cluster: there is nothing to copy), or when there is no peer at all and
 none can be missing (`peers_unknown`: DNS has not answered yet). The peers are asked for at
 each attempt: one DNS names meanwhile is tried too. If no peer can be reached in the
 budget, reads stay closed (403, saying why) until anti-entropy reaches a peer or
-`peer_sync_empty_window` has passed since start, whichever comes first.
+`peers.sync_empty_window` has passed since start, whichever comes first.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ made with the peer credential (registry/codec/peer_signature.py): the credential
 never sent, so a listener a DNS answer names learns nothing it can reuse. A peer that refuses
 the signature (401: a stock Eureka server, or a node of an earlier release during a rolling
 upgrade) gets the credential as HTTP Basic only when it is listed in `peers` and
-`peer_basic_fallback` says so; never a peer found by DNS.
+`credentials.peer_basic_fallback` says so; never a peer found by DNS.
 
 A peer that has not copied its own peers yet answers our reads 403 `not_synced` (PeerSyncing):
 it is starting too. Failures come back as one of the exceptions below, which say what to do
@@ -66,7 +66,7 @@ class Signer:
     def __init__(self, credential: str, clock: Clock) -> None:
         self._key = peer_key(credential)
         self._clock = clock
-        self.basic = basic_authorization(credential)  # for `peer_basic_fallback` only
+        self.basic = basic_authorization(credential)  # for `credentials.peer_basic_fallback` only
 
     def authorization(self, method: str, url: URL, body: bytes) -> str:
         return sign(
@@ -114,7 +114,7 @@ class PeerClient:
         self._session = session
         self._signer = signer  # None: no credentials configured, nothing to present
         # May this peer get the credential as Basic when it refuses the signature (a peer
-        # listed in `peers`, with `peer_basic_fallback`), and does it now.
+        # listed in `peers`, with `credentials.peer_basic_fallback`), and does it now.
         self.basic_fallback = basic_fallback
         self.takes_basic = False
         # Whether the peer is a stock Eureka server (None: not known yet): batch items for one
@@ -229,7 +229,7 @@ class PeerClient:
             # Ours says so; a stock Eureka server refuses reads so in its start-up window.
             raise PeerSyncing(f"{self.url}: still syncing from its peers")
         if status == 401 or (status == 403 and b'"forbidden"' in body):
-            raise PeerRefused(f"{self.url}: {status}: it does not take our peer_credential")
+            raise PeerRefused(f"{self.url}: {status}: it does not take our credentials.peer")
         raise PeerRefused(f"{self.url}{path}: {status} {body[:200].decode(errors='replace')}")
 
 

@@ -47,7 +47,7 @@ FEED = web.AppKey("feed", ChangeFeed)
 WRITER: web.AppKey[StoreWriter | None] = web.AppKey("writer")
 RESTORED = web.AppKey("restored", int)  # instances a warm restart brought back
 STARTED_AT = web.AppKey("started_at", float)  # monotonic seconds, for uptime
-# Per-client fetch buckets; None when fetch_rate_limit is 0
+# Per-client fetch buckets; None when limits.fetch_rate_limit is 0
 LIMITER: web.AppKey[FetchLimiter | None] = web.AppKey("limiter")
 REQUESTS = web.AppKey("requests", RequestStats)  # counts and latencies, for /metrics
 LOOP_LAG = web.AppKey("loop_lag", LoopLag)  # how late the event loop runs, for /metrics

@@ -3,7 +3,7 @@
 RegistryError               500  a bug: never raised on purpose for bad input
 ├── BadInput                400  the request is malformed; nothing changed
 │   ├── UnsupportedMediaType 415  a body in a format we do not read
-│   ├── BodyTooLarge        413  a body larger than `max_body_bytes`
+│   ├── BodyTooLarge        413  a body larger than `limits.max_body_bytes`
 │   └── BodyTooSlow         408  a body that did not arrive in time
 ├── Unauthorized            401  no credential, or one this node does not know (a challenge)
 ├── Forbidden               403  a credential of another plane, a browser sending for another
@@ -18,7 +18,8 @@ RegistryError               500  a bug: never raised on purpose for bad input
 ├── IndexExpired            410  a watch or long-poll asks for changes no longer kept
 ├── StoreUnavailable        503  an override is in force but could not be written to disk yet
 ├── StaleReplica            409  a peer holds older data than ours; it gets our copy (*)
-├── LimitReached            403  a registration past max_applications or its application's cap
+├── LimitReached            403  a registration past limits.max_applications or its
+│                                application's cap
 ├── MemoryFull              503  a new instance while memory is above its watermark
 └── RemovedHere             409  a peer's copy of an instance removed here after it (*)
 
@@ -129,8 +130,8 @@ class StoreUnavailable(RegistryError):
 
 
 class LimitReached(RegistryError):
-    """A client's registration of a new instance past `max_applications` or
-    `max_instances_per_application`: memory is what a registry runs out of."""
+    """A client's registration of a new instance past `limits.max_applications` or
+    `limits.max_instances_per_application`: memory is what a registry runs out of."""
 
 
 class MemoryFull(RegistryError):

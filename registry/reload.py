@@ -55,7 +55,7 @@ async def _reload(
         return
     cluster.set_peers(settings.peers.urls)
     if settings.peers.dns() != started.peers.dns():
-        log.warning("peer_dns_not_reloaded", reason="peer_dns settings take a restart")
+        log.warning("peer_dns_not_reloaded", reason="the peers.dns_* settings take a restart")
     applied = _reload_credentials(credentials, settings)
     log.info("settings_reloaded", peers=list(cluster.dispatchers), credentials=applied)
 

@@ -1,6 +1,6 @@
 """Running the server process: start, serve until SIGTERM or SIGINT, stop.
 
-On the signal, with `shutdown_delay`, the node first says it is leaving (`/readyz` answers
+On the signal, with `server.shutdown_delay`, the node first says it is leaving (`/readyz` answers
 503) and serves everything as before for that long: an orchestrator takes a moment after the
 signal to stop routing to it (Kubernetes updates a pod's endpoints only then), and requests
 routed meanwhile are answered, not refused. A second signal ends the delay. Then it drains.
@@ -51,7 +51,7 @@ KEEPALIVE_TIMEOUT = 75.0
 # How aiohttp's server handles every connection; the tests' in-process servers run the same.
 # Once draining, a request still running is given this long, then cancelled (aiohttp's own
 # default is a minute): long-polls and watch streams end at once anyway, and the stop must fit
-# in Kubernetes' grace period after `shutdown_delay`, with replication owed and the store's
+# in Kubernetes' grace period after `server.shutdown_delay`, with replication owed and the store's
 # flush still to come.
 SHUTDOWN_TIMEOUT = 5.0
 
@@ -113,7 +113,7 @@ async def serve(
 
 
 async def _leave(app: web.Application, again: asyncio.Event) -> None:
-    """Serve on, not ready, for `shutdown_delay` (or until a second signal), if this node
+    """Serve on, not ready, for `server.shutdown_delay` (or until a second signal), if this node
     was serving: one that never was has no routes to wait for."""
     delay, lifecycle = app[SETTINGS].server.shutdown_delay, app[LIFECYCLE]
     if delay <= 0 or lifecycle.phase is not Phase.SERVING:

@@ -1,15 +1,15 @@
 """The checks this node runs: every instance that asks for one (registry/checks/spec.py) and
 that this node is the one to check (registry/checks/owner.py: one node per instance among those
 that answer; the verdicts replicate), on its own schedule, started with jitter (a deploy's
-instances, registered together, are not checked together), at most `health_check_rate`
-started a second (registry/checks/pacing.py), `health_check_rate_per_address` towards one
-address, and `health_check_concurrency` running at once, each bounded by its timeout. A check
+instances, registered together, are not checked together), at most `checks.rate`
+started a second (registry/checks/pacing.py), `checks.rate_per_address` towards one
+address, and `checks.concurrency` running at once, each bounded by its timeout. A check
 that cannot start before its next one is due is skipped, and counted by why (`stats.skipped`):
 its address's rate, the node's rate (behind), or its last check still running. Where a check
 may go is registry/checks/destinations.py's to say; how many instances one client credential
 may have checked, registry/checks/quota.py's.
 
-`health_check_failures` failures in a row hold the instance DOWN, `health_check_successes`
+`checks.failures` failures in a row hold the instance DOWN, `checks.successes`
 successes in a row release it (`Registry.check_failed` / `check_passed`: the core decides
 what the instance shows, core/checks.py). A registration that changes what the check asks
 for starts its count afresh; a removed instance is checked no more.
@@ -311,7 +311,7 @@ class Checker(Subscriber):
         return owned
 
     async def _take_token(self) -> None:
-        """At most `health_check_rate` checks started a second (pacing.py)."""
+        """At most `checks.rate` checks started a second (pacing.py)."""
         while wait := self._bucket.wait(self._clock.monotonic()):
             await self._clock.sleep(wait)
 
@@ -395,7 +395,7 @@ class Checker(Subscriber):
 
 
 async def released(registry: Registry, clock: Clock) -> AsyncIterator[None]:
-    """With checks off (health_checks = false): the holds a store or a peer kept would never be
+    """With checks off (checks.enabled = false): the holds a store or a peer kept would never be
     released, so they go as the server starts, and each instance's own claim decides again."""
     now_ms = clock.wall_ms()
     for lease in list(registry.leases()):

@@ -5,10 +5,10 @@ A check connects to an instance's `ipAddr`, which is what its client says. So:
 - never, whatever the settings: this node's own addresses (a service bound to 0.0.0.0 here
   answers on them), the cloud metadata addresses, 0.0.0.0/8 and the unspecified, multicast,
   broadcast and reserved addresses;
-- loopback and link-local addresses only with `health_check_loopback` (tests, one machine);
+- loopback and link-local addresses only with `checks.loopback` (tests, one machine);
 - an address a client gave (any instance but one the registry holds the lease of, which only
   an admin registers): a public (globally routable) address, or one in
-  `health_check_networks`; private ranges, CGNAT and the like only when listed there;
+  `checks.networks`; private ranges, CGNAT and the like only when listed there;
 - an address an admin gave (an instance the registry holds): anywhere else.
 
 IPv6 forms of an IPv4 address (mapped, 6to4, Teredo, NAT64) are judged, and checked, as that
@@ -44,7 +44,7 @@ METADATA = frozenset(
     )
 )
 _OUTSIDE = (
-    "not a public address, nor in health_check_networks (the networks instances live in, "
+    "not a public address, nor in checks.networks (the networks instances live in, "
     "which the operator lists)"
 )
 _THIS_NETWORK = ipaddress.ip_network("0.0.0.0/8")  # "this host on this network"
@@ -52,7 +52,7 @@ _NAT64 = ipaddress.ip_network("64:ff9b::/96")
 
 
 class OutsideNetworks(BadInput):
-    """A client's check of a private address outside `health_check_networks`: the instance is
+    """A client's check of a private address outside `checks.networks`: the instance is
     registered all the same, unchecked (a registry upgraded before its networks are listed
     must not turn its services' registrations away)."""
 
@@ -105,7 +105,7 @@ class Destinations:
         if local:
             if self.loopback:
                 return None
-            return "a loopback or link-local address (health_check_loopback allows them)"
+            return "a loopback or link-local address (checks.loopback allows them)"
         if address in self.own:
             return "an address of this registry node"
         if address.is_reserved:

@@ -2,8 +2,8 @@
 each address checked.
 
 The node's bucket holds a hundredth of a second's checks (it used to hold a whole second's,
-so a start with many instances due ran twice `health_check_rate` in its first second). Checks
-towards one address are spaced by at least 1 / `health_check_rate_per_address`, however many
+so a start with many instances due ran twice `checks.rate` in its first second). Checks
+towards one address are spaced by at least 1 / `checks.rate_per_address`, however many
 instances name that address; addresses whose turns are all past are forgotten. Pure.
 """
 

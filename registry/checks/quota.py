@@ -1,4 +1,4 @@
-"""Instances with a client's check, per client credential: `health_check_max_per_credential`
+"""Instances with a client's check, per client credential: `checks.max_per_credential`
 at most for one client user, so that one credential cannot have the registry check hundreds
 of instances it made up (a flood at whatever address they name, paced or not).
 
@@ -30,7 +30,7 @@ class CheckQuota:
             self.refused += 1
             raise LimitReached(
                 f"the client credential {user!r} has {self._counts[user]} instances checked "
-                "by the registry, health_check_max_per_credential"
+                "by the registry, checks.max_per_credential"
             )
 
     def asked(self, user: str, instance_id: str) -> None:

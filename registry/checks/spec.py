@@ -11,8 +11,8 @@ port for an https URL or when only that is enabled), and only where the operator
 go (registry/checks/destinations.py); an http URL must name the instance's address or host
 name and that port, and is requested from the address with the URL's host in the Host header
 when that is an ordinary public DNS name, else with the address (no `Host: localhost` sent to
-a routable address). A client's check comes at most every `health_check_min_interval` (a
-shorter interval is raised to it), and none with `health_check_clients` off. A registration
+a routable address). A client's check comes at most every `checks.min_interval` (a
+shorter interval is raised to it), and none with `checks.clients` off. A registration
 asking for a check that breaks these is refused (400) naming the rule. Pure.
 """
 
@@ -86,7 +86,7 @@ def check_spec(
     if client and not settings.checks.clients:
         raise BadInput(
             f"metadata.{KIND}",
-            "health_check_clients is off: this registry runs no check an instance asks for",
+            "checks.clients is false: this registry runs no check an instance asks for",
         )
     interval = _seconds(metadata, INTERVAL, DEFAULT_INTERVAL, MIN_INTERVAL, MAX_INTERVAL)
     if client:  # raised, not refused: a client that asks often still gets its checks

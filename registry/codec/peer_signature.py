@@ -4,17 +4,17 @@ Each request to a peer carries, instead of the credential itself,
 
     Authorization: Registry-Peer ts=<ms>,nonce=<random>,body=<sha256 of the body>,sig=<hmac>
 
-`sig` is HMAC-SHA256, keyed by a key derived from `peer_credential`, over the method, the
+`sig` is HMAC-SHA256, keyed by a key derived from `credentials.peer`, over the method, the
 `Host` the request was sent to, its path and query as sent, the time, the nonce and the
 body's digest. The secret never crosses the wire, so a listener a DNS answer chose learns
 nothing it can reuse: a signature is good for that one request, to that one address, within
-`max_clock_skew` of its time, and once (the receiver remembers the nonces it has seen: see
+`leases.max_clock_skew` of its time, and once (the receiver remembers the nonces it has seen: see
 registry/http/peer_signatures.py). Values are unpadded base64url; the body's digest is of the
 bytes on the wire, before any Content-Encoding is undone.
 
 Stock Eureka servers and our releases before this one know only HTTP Basic: a receiver still
-takes the peer credential that way; a sender sends Basic only where `peer_basic_fallback`
-allows (peers/transport.py).
+takes the peer credential that way; a sender sends Basic only where
+`credentials.peer_basic_fallback` allows (peers/transport.py).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ _MAX_NONCE = 64  # characters: ours are 22
 
 
 def peer_key(credential: str) -> bytes:
-    """The signing key of `peer_credential` (`user:password`): derived, so that the key is
+    """The signing key of `credentials.peer` (`user:password`): derived, so that the key is
     no stored digest of the credential, nor the credential itself."""
     return hashlib.sha256(_VERSION + b"\0" + credential.encode()).digest()
 

@@ -272,7 +272,7 @@ def not_ahead(ms: int | None, field: str, *, now_ms: int, skew_ms: int) -> int |
         raise BadInput(
             field,
             f"is {(ms - now_ms) / 1000:.0f} s ahead of this node's clock "
-            f"(max_clock_skew allows {skew_ms / 1000:g} s)",
+            f"(leases.max_clock_skew allows {skew_ms / 1000:g} s)",
         )
     return ms
 

@@ -1,4 +1,4 @@
-"""Instances per client credential: `max_instances_per_credential` new instances at most for
+"""Instances per client credential: `limits.max_instances_per_credential` new instances at most for
 one client user, so that one leaked or buggy credential cannot fill the registry for all.
 
 Who registered an instance is remembered here, from the registration until the instance goes
@@ -29,7 +29,7 @@ class CredentialQuotas(Subscriber):
         if key not in self._owners and self._counts[user] >= self.per_credential:
             raise LimitReached(
                 f"the client credential {user!r} holds {self._counts[user]} instances, "
-                "max_instances_per_credential"
+                "limits.max_instances_per_credential"
             )
 
     def registered(self, user: str, app: str, instance_id: str) -> None:

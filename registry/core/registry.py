@@ -230,11 +230,13 @@ class Registry(OverrideCommands, CheckCommands, Removals, WarmRestart):
     def _check_room(self, app: str, leases: dict[str, Lease] | None) -> None:
         if leases is None and self._max_apps and len(self._apps) >= self._max_apps:
             raise LimitReached(
-                f"{len(self._apps)} applications are registered, max_applications: {app!r} "
+                f"{len(self._apps)} applications are registered, limits.max_applications: {app!r} "
                 "would be one more"
             )
         if leases is not None and self._max_per_app and len(leases) >= self._max_per_app:
-            raise LimitReached(f"{app} has {len(leases)} instances, max_instances_per_application")
+            raise LimitReached(
+                f"{app} has {len(leases)} instances, limits.max_instances_per_application"
+            )
 
     def renew(
         self,

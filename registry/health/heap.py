@@ -56,7 +56,7 @@ def freeze() -> None:
 
 async def freezing(clock: Clock, interval: float) -> AsyncIterator[None]:
     """While the server runs: the restored registry set aside at once, then every `interval`
-    seconds (`gc_freeze_interval`; 0: never)."""
+    seconds (`server.gc_freeze_interval`; 0: never)."""
     if not interval:
         yield
         return

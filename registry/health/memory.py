@@ -2,7 +2,7 @@
 rather than the process growing until the system kills it, and every instance with it.
 
 The process's resident memory is read once a second (Linux: /proc/self/statm). The watermark is
-`memory_watermark_mb`, or, left at 0, 90 % of the container's memory limit (cgroup v2
+`limits.memory_watermark_mb`, or, left at 0, 90 % of the container's memory limit (cgroup v2
 `memory.max`, or v1 `memory.limit_in_bytes`), and none when there is no limit to find.
 Heartbeats, re-registrations, cancels and peers' replication are never refused: they do not
 grow the registry, or the peer has taken the instance already.

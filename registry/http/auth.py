@@ -56,8 +56,8 @@ ROLES = web.RequestKey("roles", Role)  # every role the credential proved
 # role, so a guard (installed only where some credential is configured) never refuses its call
 # with a 403: it has no entry.
 _SETTING = {
-    Plane.ADMIN: "admin_credentials or admin_tokens",
-    Plane.PEER: "peer_credential",
+    Plane.ADMIN: "credentials.admins or credentials.admin_tokens",
+    Plane.PEER: "credentials.peer",
 }
 
 
@@ -113,20 +113,22 @@ _loopback_host = functools.lru_cache(maxsize=256)(_names_loopback)
 
 def may_administer(request: web.Request) -> bool:
     """Whether this request could call the admin plane: always, when no credentials are
-    configured (then the server is on loopback, unless `insecure_public_bind` says otherwise).
-    Where they are, the plane's guard has set the request's roles before its handler runs."""
+    configured (then the server is on loopback, unless `server.insecure_public_bind` says
+    otherwise). Where they are, the plane's guard has set the request's roles before its handler
+    runs."""
     return not request.app[SETTINGS].secured or bool(request[ROLES] & Role.ADMIN)
 
 
 def may_act_on(request: web.Request, app: str) -> None:
     """Refuse (403) a client credential bound to other applications than `app`
-    (`client_applications`): it may register, renew and cancel its own applications' instances
-    only. Admins and peers act on any; an unbound client credential, on any as well."""
+    (`credentials.client_applications`): it may register, renew and cancel its own
+    applications' instances only. Admins and peers act on any; an unbound client credential, on
+    any as well."""
     apps = _bound(request, lambda credentials: credentials.applications)
     if apps is not None and app not in apps:
         raise Forbidden(
             f"the client credential {client_user(request)!r} acts on instances of "
-            f"{', '.join(sorted(apps))} only, not of {app} (client_applications)"
+            f"{', '.join(sorted(apps))} only, not of {app} (credentials.client_applications)"
         )
 
 
@@ -134,8 +136,8 @@ def may_give_vips(request: web.Request, instance: InstanceInfo) -> None:
     """Refuse (403) an instance whose VIP or secure VIP address names what its bound client
     credential does not own: callers resolve a service by its VIP address (Spring Cloud's load
     balancer does), so a name given here would draw another service's traffic. A bound
-    credential owns its applications' names, in any case, and those `client_vip_addresses`
-    lists for it; an unbound one, admins and peers give any."""
+    credential owns its applications' names, in any case, and those
+    `credentials.client_vip_addresses` lists for it; an unbound one, admins and peers give any."""
     names = _bound(request, lambda credentials: credentials.vip_addresses)
     if names is None:
         return
@@ -149,7 +151,7 @@ def may_give_vips(request: web.Request, instance: InstanceInfo) -> None:
                 raise Forbidden(
                     f"{field}: the client credential {client_user(request)!r} gives "
                     f"{', '.join(sorted(names))} only, not {shown(name)} "
-                    "(client_applications, client_vip_addresses)"
+                    "(credentials.client_applications, credentials.client_vip_addresses)"
                 )
 
 

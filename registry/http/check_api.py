@@ -60,7 +60,8 @@ async def set_app_check(request: web.Request) -> web.Response:
     if not settings.checks.enabled:
         raise BadInput(
             "check",
-            "health_checks is off on this node: it would run no check; ask a node with checks on",
+            "checks.enabled is false on this node: it would run no check; ask a node with "
+            "checks on",
         )
     registry.set_app_check(check, now_ms=now_ms)
     await committed(request, "check")

@@ -4,10 +4,10 @@ limit raised to what the system allows.
 Without a cap, 1 100 idle sockets from one address (no bytes, no credentials) took every file
 descriptor of a 1 024 limit, and legitimate clients were reset with nothing logged (uvloop
 accepts and closes at once when it runs out, silently). Now one address holds at most
-`max_connections_per_address` connections (those beyond are closed as they open), a connection
-that sends no request head in `request_head_timeout` is closed (`serving`), and running near
-the file limit is logged. Behind a reverse proxy every client has the proxy's address: raise
-the cap there, or turn it off (0).
+`limits.max_connections_per_address` connections (those beyond are closed as they open), a
+connection that sends no request head in `limits.request_head_timeout` is closed (`serving`), and
+running near the file limit is logged. Behind a reverse proxy every client has the proxy's
+address: raise the cap there, or turn it off (0).
 """
 
 from __future__ import annotations

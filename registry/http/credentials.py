@@ -54,10 +54,11 @@ class Credentials:
         credential = settings.credentials.peer
         self.peer_key = peer_key(credential) if credential else None
         self.peer_user = credential.partition(":")[0]
-        # Client users bound to applications (`client_applications`); others are not bound.
+        # Client users bound to applications (`credentials.client_applications`); others are
+        # not bound.
         self.applications = client_applications(settings.credentials.client_applications)
         # The names their instances may give as VIP addresses: their applications' and those
-        # `client_vip_addresses` adds (upper case: compared whatever the case).
+        # `credentials.client_vip_addresses` adds (upper case: compared whatever the case).
         listed = client_vip_addresses(settings.credentials.client_vip_addresses)
         self.vip_addresses = {
             user: apps | listed.get(user, frozenset()) for user, apps in self.applications.items()

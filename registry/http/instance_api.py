@@ -31,7 +31,7 @@ def _may_hold_lease(request: web.Request, instance: InstanceInfo) -> None:
     if not request.app[SETTINGS].checks.enabled:
         raise BadInput(
             f"metadata.{SERVER_LEASE_KEY}",
-            "health_checks is off on this node: an instance the registry holds would never be "
+            "checks.enabled is false on this node: an instance the registry holds would never be "
             "checked, nor ever evicted",
         )
     if CHECK_KIND not in instance.metadata:
@@ -121,8 +121,8 @@ async def register(request: web.Request) -> web.Response:
 def _dated_here(
     instance: InstanceInfo, now_ms: int, settings: Settings
 ) -> tuple[InstanceInfo, str | None]:
-    """`instance` with its lastDirtyTimestamp at most `client_clock_skew` ahead of this node's
-    clock, and what to tell its client if it was further. The timestamp decides which of two
+    """`instance` with its lastDirtyTimestamp at most `leases.client_clock_skew` ahead of this
+    node's clock, and what to tell its client if it was further. The timestamp decides which of two
     registrations of an id wins, here and, replicated, on every node: one dated minutes ahead
     would outrank its owner's later ones for minutes. Its client, still holding its own
     timestamp, is answered 404 at a heartbeat while ours is behind and registers again: one
@@ -132,7 +132,8 @@ def _dated_here(
         return instance, None
     said = (
         f"dated ahead: lastDirtyTimestamp {instance.last_dirty_ms} taken as {now_ms + lead_ms}, "
-        f"{settings.leases.client_clock_skew:g} s ahead of this node's clock (client_clock_skew)"
+        f"{settings.leases.client_clock_skew:g} s ahead of this node's clock "
+        "(leases.client_clock_skew)"
     )
     return replace(instance, last_dirty_ms=now_ms + lead_ms), said
 

@@ -273,19 +273,19 @@ def _peers(app: web.Application) -> Iterator[Metric]:
     dns = cluster.membership.dns
     if dns is not None:
         lookups = CounterMetricFamily(
-            "registry_peer_dns_lookups", "Lookups of peer_dns", labels=["result"]
+            "registry_peer_dns_lookups", "Lookups of peers.dns_name", labels=["result"]
         )
         lookups.add_metric(["ok"], dns.lookups - dns.failures)
         lookups.add_metric(["failed"], dns.failures)
         yield lookups
         yield _gauge(
             "registry_peer_dns_failing",
-            "1 while lookups of peer_dns fail (the last peers are kept)",
+            "1 while lookups of peers.dns_name fail (the last peers are kept)",
             int(dns.failing_since_ms is not None),
         )
         yield _gauge(
             "registry_peer_dns_dropped",
-            "Peers the last answer named beyond peer_dns_max_peers (not taken)",
+            "Peers the last answer named beyond peers.dns_max_peers (not taken)",
             dns.dropped,
         )
         refused = GaugeMetricFamily(
@@ -344,9 +344,9 @@ def _checks(app: web.Application) -> Iterator[Metric]:
     )
     skipped = CounterMetricFamily(
         "registry_health_checks_skipped",
-        "Server-side health checks not run, by why: address_rate (health_check_rate_per_address),"
-        " behind (health_check_rate), still_running (its last check), credential_limit "
-        "(registrations refused one: health_check_max_per_credential)",
+        "Server-side health checks not run, by why: address_rate (checks.rate_per_address),"
+        " behind (checks.rate), still_running (its last check), credential_limit "
+        "(registrations refused one: checks.max_per_credential)",
         labels=["reason"],
     )
     for reason in SKIP_REASONS:

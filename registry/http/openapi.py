@@ -32,8 +32,8 @@ _SCHEMES = {
     "basic": {
         "type": "http",
         "scheme": "basic",
-        "description": "A client, admin or peer credential (`client_credentials`, "
-        "`admin_credentials`, `peer_credential`), as the operation's x-plane requires.",
+        "description": "A client, admin or peer credential (`credentials.clients`, "
+        "`credentials.admins`, `credentials.peer`), as the operation's x-plane requires.",
     },
     "bearer": {"type": "http", "scheme": "bearer", "description": "An admin token."},
 }

@@ -1,7 +1,7 @@
 """A peer's signed request checked (registry/codec/peer_signature.py says what is signed).
 
 A signature passes when it was made with our peer credential's key for this request's method,
-`Host` and path, its time is within `max_clock_skew` of this node's clock, its nonce has not
+`Host` and path, its time is within `leases.max_clock_skew` of this node's clock, its nonce has not
 been seen within that window, and the `Host` it was signed for is this node's: a name (DNS
 peers are named by address, so a name is one the operator configured), the address and port
 the connection arrived on, or `my_url`'s. A listener a DNS answer chose could otherwise pass
@@ -50,13 +50,13 @@ class PeerSignatures:
         if abs(now_ms - signed.ts_ms) > self._window_ms:
             raise _refused(
                 f"the Registry-Peer signature is {abs(now_ms - signed.ts_ms) / 1000:.0f} s from "
-                f"this node's clock (max_clock_skew: {self._window_ms / 1000:g} s)"
+                f"this node's clock (leases.max_clock_skew: {self._window_ms / 1000:g} s)"
             )
         host = request.headers.get(hdrs.HOST, "")
         target = request.raw_path
         if not verifies(key, signed, method=request.method, host=host, target=target):
             raise _refused(
-                "the Registry-Peer signature does not hold: another peer_credential, or a "
+                "the Registry-Peer signature does not hold: another credentials.peer, or a "
                 "request changed on its way"
             )
         if not self._addressed_here(request, host):
@@ -66,7 +66,7 @@ class PeerSignatures:
             raise _refused("the Registry-Peer signature was used before (a replay)")
         if len(self._seen) >= MAX_NONCES:
             raise TooManyRequests(
-                "too many signed peer requests within max_clock_skew", retry_after="1"
+                "too many signed peer requests within leases.max_clock_skew", retry_after="1"
             )
         self._seen.add(signed.nonce)
         heapq.heappush(self._expiries, (signed.ts_ms + self._window_ms, signed.nonce))

@@ -6,7 +6,7 @@ body no handler read it drains that body for `lingering_time`, inflating it too:
 1 GB of zeros (1 MB on the wire) sent to any path, without credentials, cost a second of the
 event loop. So the server runs with `auto_decompress=False` (`serving.SERVER_OPTIONS`): what it
 drains is raw bytes, and the one body that is inflated is the one a handler reads, up to
-`max_body_bytes` of output.
+`limits.max_body_bytes` of output.
 
 A peer's signed request (registry/http/peer_signatures.py) names its body's digest; the body
 read here is checked against it before anything is made of it, so a signature captured with

@@ -20,7 +20,7 @@ class Route:
     `plane` has no default: a route that does not say who may call it fails at start-up rather
     than falling to a plane by accident. `build` makes a handler from the application's parts
     once, where a hot path should not look them up per request. `limited`: a registry fetch,
-    under the per-client fetch rate limit (`fetch_rate_limit`).
+    under the per-client fetch rate limit (`limits.fetch_rate_limit`).
     """
 
     plane: Plane

@@ -91,8 +91,8 @@ _PREFIX = re.compile(r"(/[A-Za-z0-9._~!$&'()*+,;=:@-]+)+/?")
 
 
 def _base(request: web.Request) -> str:
-    """The page's `<base>` for a reverse proxy in `trusted_proxies` that serves it under a path
-    prefix and says so in `X-Forwarded-Prefix` (Spring's and Traefik's header); none
+    """The page's `<base>` for a reverse proxy in `server.trusted_proxies` that serves it under a
+    path prefix and says so in `X-Forwarded-Prefix` (Spring's and Traefik's header); none
     otherwise. The page's URLs are all relative, so a proxy that keeps the trailing slash
     (`/registry/`) needs no header; one that serves `/registry` too needs it."""
     prefix = request.headers.get("X-Forwarded-Prefix")
@@ -479,7 +479,7 @@ def _peer_dns(dns: dict[str, Any], peers: int) -> str:
     detail = f"{name} · last answer {_time(dns['lastSuccessTimestamp'] or 0)}"
     left_out = [f"{count} {why}" for why, count in sorted(dns["refused"].items())]
     if dns["dropped"]:
-        left_out.append(f"{dns['dropped']} beyond peer_dns_max_peers ({dns['maxPeers']})")
+        left_out.append(f"{dns['dropped']} beyond peers.dns_max_peers ({dns['maxPeers']})")
     if left_out:
         detail += " · not taken: " + ", ".join(left_out)
         return _card("Peers from DNS", "warn", f"{_count(found, 'peer')} named", detail)

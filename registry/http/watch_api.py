@@ -21,8 +21,8 @@ With `?apps=A,B` or `?vips=v`, a stream gets those applications' and VIP address
 alone, with their own hashcode (registry/reads/interest.py); streams that name the same ones
 share the work of sending them (registry/reads/fanout.py).
 
-A node holds at most `watch_streams_max` streams, and one client at most
-`watch_streams_per_credential`: the user name of its credential, or, when no credentials are
+A node holds at most `reads.watch_streams_max` streams, and one client at most
+`reads.watch_streams_per_credential`: the user name of its credential, or, when no credentials are
 configured, its address (an IPv6 one by its /64, as the fetch limit counts it). Beyond either
 a stream is refused 429 with a Retry-After, and counted (registry/reads/watchers.py).
 """
@@ -134,14 +134,14 @@ def _admitted(request: web.Request) -> Iterator[None]:
     refused = streams.admit(client, per_node=per_node, per_client=per_client)
     if refused == NODE:
         raise TooManyRequests(
-            f"this node serves {per_node} watch streams at most (watch_streams_max); "
+            f"this node serves {per_node} watch streams at most (reads.watch_streams_max); "
             "long-poll apps/delta?index=N&wait=30s meanwhile",
             retry_after=REFUSED_RETRY_AFTER,
         )
     if refused is not None:
         raise TooManyRequests(
             f"the {client} holds {streams.of(client)} watch streams, the most one client may "
-            "(watch_streams_per_credential)",
+            "(reads.watch_streams_per_credential)",
             retry_after=REFUSED_RETRY_AFTER,
         )
     try:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections import Counter
 
 # The reasons a stream is refused, as /metrics labels them: the node's cap, or one client's
-# (named for its setting, watch_streams_per_credential, though without credentials a client
+# (named for its setting, reads.watch_streams_per_credential, though without credentials a client
 # is its address).
 NODE = "node"
 CLIENT = "credential"

@@ -41,7 +41,7 @@ READ_FORMATS = "read_formats"  # meta key: media types full documents were read 
 
 
 # The override audit trail keeps its last HISTORY_ROWS changes (and what is younger than
-# override_history_retention): a peer writing 485 000 rows in seconds made one read of it
+# store.override_history_retention): a peer writing 485 000 rows in seconds made one read of it
 # 107 MB. It is read a page at a time (`Store.history`).
 HISTORY_ROWS = 100_000
 
@@ -52,7 +52,7 @@ class NewerSchema(Exception):
 
 class CorruptStore(Exception):
     """The database is not sound, and this node was told to refuse to start without it
-    (`refuse_corrupt_store`) rather than move it aside and start empty."""
+    (`store.refuse_corrupt`) rather than move it aside and start empty."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,7 +142,7 @@ class Store:
             if refuse_corrupt:
                 raise CorruptStore(
                     f"{path} is not a sound database ({exc}); it is left as it is "
-                    "(refuse_corrupt_store = true)"
+                    "(store.refuse_corrupt = true)"
                 ) from None
             aside = path.with_name(f"{path.name}.corrupt-{now_ms}")
             log.error(

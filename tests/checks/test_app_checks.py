@@ -180,7 +180,7 @@ async def test_a_node_with_checks_off_refuses_one(aiohttp_client: AiohttpClient)
     )
     response = await node.put("/eureka/checks/ORDERS", json=FAST)
     assert 400 == response.status
-    assert "health_checks is off" in (await response.json())["detail"]
+    assert "checks.enabled is false" in (await response.json())["detail"]
 
 
 async def test_a_restart_keeps_the_check_and_its_removal(

@@ -270,9 +270,9 @@ class TestGuardRails:
         response = await node.post("/eureka/apps/ORDERS", json={"instance": doc})
         assert 204 == response.status
         said = response.headers["X-Registry-Registration"]
-        assert said.startswith("registered, not checked") and "health_check_networks" in said
+        assert said.startswith("registered, not checked") and "checks.networks" in said
         explain = await node.get("/eureka/apps/ORDERS/i-1/status/explain", headers=JSON)
-        assert "health_check_networks" in (await explain.json())["healthCheck"]["notCheckable"]
+        assert "checks.networks" in (await explain.json())["healthCheck"]["notCheckable"]
 
     async def test_loopback_is_refused_unless_allowed(
         self, aiohttp_client: AiohttpClient, clock: FakeClock
@@ -280,7 +280,7 @@ class TestGuardRails:
         node = await aiohttp_client(create_app(Settings.of(store__enabled=False), clock=clock))
         response = await node.post("/eureka/apps/ORDERS", json={"instance": checked_doc(8080)})
         assert 400 == response.status
-        assert "health_check_loopback" in (await response.json())["detail"]
+        assert "checks.loopback" in (await response.json())["detail"]
 
     async def test_an_admin_metadata_change_is_held_to_the_same_rules(self, node: TestClient):
         doc = {**checked_doc(8080), "metadata": {"management.port": "8080"}}
@@ -291,7 +291,7 @@ class TestGuardRails:
 
 
 class TestQuota:
-    """`health_check_max_per_credential` caps a client credential's checked instances; an
+    """`checks.max_per_credential` caps a client credential's checked instances; an
     admin's registrations are the operator's own and count against no quota."""
 
     async def test_a_client_is_held_to_its_quota_and_an_admin_to_none(

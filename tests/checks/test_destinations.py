@@ -87,7 +87,7 @@ class TestDestinations:
         "address", ["10.0.0.5", "172.16.0.1", "192.168.1.1", "100.64.0.1", "fd12::1"]
     )
     def test_a_clients_private_address_only_in_the_networks_listed(self, address):
-        with pytest.raises(BadInput, match="health_check_networks"):
+        with pytest.raises(BadInput, match=r"checks\.networks"):
             Destinations(Settings()).address(address, client=True)
         listed = Settings.of(checks__networks=("10.0.0.0/8", "172.16.0.0/12", "fd00::/8"))
         if address.startswith(("10.", "172.", "fd")):
@@ -99,7 +99,7 @@ class TestDestinations:
         assert "8.8.8.8" == Destinations(Settings()).address("8.8.8.8", client=True)
 
     def test_loopback_only_with_health_check_loopback(self):
-        with pytest.raises(BadInput, match="health_check_loopback"):
+        with pytest.raises(BadInput, match=r"checks\.loopback"):
             Destinations(Settings()).address("127.0.0.1", client=False)
         allowed = Destinations(Settings.of(checks__loopback=True), own=["127.0.0.1"])
         assert "127.0.0.1" == allowed.address("127.0.0.1", client=True)
@@ -160,7 +160,7 @@ class TestDestinations:
                 "10.0.0.5",
                 True,
                 OutsideNetworks,
-                "10.0.0.5 is not a public address, nor in health_check_networks (the networks "
+                "10.0.0.5 is not a public address, nor in checks.networks (the networks "
                 "instances live in, which the operator lists): not checked from the registry",
             ),
             (
@@ -173,7 +173,7 @@ class TestDestinations:
                 "::1",
                 True,
                 BadInput,
-                "::1 is a loopback or link-local address (health_check_loopback allows them): "
+                "::1 is a loopback or link-local address (checks.loopback allows them): "
                 "not checked from the registry",
             ),
             (
@@ -266,7 +266,7 @@ class TestHostHeader:
         spec = check_spec(instance, Destinations(Settings()), Settings())
         assert spec is not None
         assert ("8.8.4.4", "8.8.4.4", "/admin?x=1") == (spec.address, spec.host, spec.target)
-        assert 5.0 == spec.interval  # a client's 1 s raised to health_check_min_interval
+        assert 5.0 == spec.interval  # a client's 1 s raised to checks.min_interval
 
 
 class TestPacing:
@@ -295,7 +295,7 @@ class TestQuota:
             quota.admit("alice", iid)
             quota.asked("alice", iid)
         quota.admit("alice", "i-1")  # registering again is no new one
-        with pytest.raises(LimitReached, match="health_check_max_per_credential"):
+        with pytest.raises(LimitReached, match=r"checks\.max_per_credential"):
             quota.admit("alice", "i-3")
         quota.admit("bob", "i-3")
         quota.forget("i-2")

@@ -72,7 +72,7 @@ class TestMetadataCheck:
         off = Settings.of(checks__clients=False, checks__networks=("0.0.0.0/0",))
         assert (
             "metadata.registry.check",
-            "health_check_clients is off: this registry runs no check an instance asks for",
+            "checks.clients is false: this registry runs no check an instance asks for",
         ) == refusal(off, metadata={"registry.check": "tcp"})
 
     def test_a_clients_interval_is_raised_to_the_minimum_an_admins_is_not(self):
@@ -283,7 +283,7 @@ class TestAdminsCheck:
     def test_its_address_is_judged_as_a_clients(self):
         private = instance(ipAddr="10.0.0.5")
         check = AppCheck("ORDERS", "tcp", 7.0, 3.0, None, 0)
-        with pytest.raises(BadInput, match="health_check_networks"):
+        with pytest.raises(BadInput, match=r"checks\.networks"):
             check_spec(private, Destinations(Settings()), Settings(), check)
         held = instance(ipAddr="10.0.0.5", metadata=HELD)
         assert check_spec(held, Destinations(Settings()), Settings(), check) is not None

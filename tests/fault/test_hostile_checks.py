@@ -28,8 +28,8 @@ from tests.processes import ServerProcess
 
 pytestmark = pytest.mark.slow
 
-PER_ADDRESS = 10  # health_check_rate_per_address of the servers below
-PER_CREDENTIAL = 1000  # health_check_max_per_credential (its default)
+PER_ADDRESS = 10  # checks.rate_per_address of the servers below
+PER_CREDENTIAL = 1000  # checks.max_per_credential (its default)
 FLOOD = 1500  # registrations of the flood, one client credential
 FLOOD_SECONDS = 8  # how long the target counts what reaches it
 
@@ -169,7 +169,7 @@ async def test_checks_of_the_metadata_addresses_are_refused(server: Server, addr
 
 @pytest.mark.skipif(OWN is None, reason="this machine has no address but loopback")
 async def test_a_check_of_the_nodes_own_address_is_refused(server: Server):
-    """The node's own address is refused even where `health_check_networks` would allow it
+    """The node's own address is refused even where `checks.networks` would allow it
     (before: anything bound to 0.0.0.0 on the registry's host could be probed)."""
     status, body = await register(server, checked("o-1", str(OWN)))
     assert 400 == status
@@ -187,11 +187,11 @@ async def test_a_private_range_outside_the_networks_is_not_checked(server: Serve
         async with server.session.post(url, json=doc, headers=auth(CLIENT)) as r:
             assert 204 == r.status, address
             assert "registered, not checked" in r.headers["X-Registry-Registration"]
-            assert "health_check_networks" in r.headers["X-Registry-Registration"]
+            assert "checks.networks" in r.headers["X-Registry-Registration"]
     explain = server.eureka + "apps/SCAN/n-2/status/explain"
     async with server.session.get(explain, headers=auth(ADMIN) | JSON) as r:
         check = (await r.json())["healthCheck"]
-    assert "health_check_networks" in check["notCheckable"], check
+    assert "checks.networks" in check["notCheckable"], check
 
 
 async def test_the_host_header_names_the_address_and_a_client_reads_no_outcome(server: Server):
@@ -252,7 +252,7 @@ async def test_a_flood_of_registrations_is_held_to_the_caps(flooded: ServerProce
 
 
 async def test_the_nodes_rate_holds_from_the_first_second(paced: ServerProcess) -> None:
-    """300 instances over ten addresses, due together: at most `health_check_rate` (20) checks
+    """300 instances over ten addresses, due together: at most `checks.rate` (20) checks
     a second reach them all together, the first second included (before: the node's bucket
     started with a whole second of checks in it, and refilled meanwhile)."""
     targets = [Target() for _ in range(10)]

@@ -208,22 +208,22 @@ def needs(setting: str) -> dict[str, str]:
             "GET",
             "/eureka/overrides",
             AS_CLIENT,
-            (403, [], needs("admin_credentials or admin_tokens")),
+            (403, [], needs("credentials.admins or credentials.admin_tokens")),
         ),
         (
             "GET",
             "/eureka/overrides",
             AS_PEER,
-            (403, [], needs("admin_credentials or admin_tokens")),
+            (403, [], needs("credentials.admins or credentials.admin_tokens")),
         ),
         ("GET", "/eureka/peerreplication/digest", NOBODY, (401, [BASIC], UNKNOWN)),
-        ("GET", "/eureka/peerreplication/digest", AS_BEARER, (403, [], needs("peer_credential"))),
+        ("GET", "/eureka/peerreplication/digest", AS_BEARER, (403, [], needs("credentials.peer"))),
         ("PUT", "/eureka/apps/ORDERS/i-1", REPLICATION, (401, [BASIC], UNKNOWN)),
         (
             "PUT",
             "/eureka/apps/ORDERS/i-1",
             {**AS_ADMIN, **REPLICATION},
-            (403, [], needs("peer_credential")),
+            (403, [], needs("credentials.peer")),
         ),
     ],
 )
@@ -294,8 +294,8 @@ async def test_a_plane_with_no_credentials_of_its_own_is_closed(aiohttp_client, 
         create_app(Settings.of(credentials__clients=(f"svc:{CLIENT_PW}",)), clock=clock)
     )
     for path, setting in (
-        ("/eureka/overrides", "admin_credentials or admin_tokens"),
-        ("/eureka/peerreplication/digest", "peer_credential"),
+        ("/eureka/overrides", "credentials.admins or credentials.admin_tokens"),
+        ("/eureka/peerreplication/digest", "credentials.peer"),
     ):
         closed = {"error": "forbidden", "detail": f"this node has no {setting} configured"}
         for headers in (AS_CLIENT, NOBODY, AS_BEARER):
@@ -489,8 +489,8 @@ async def test_the_status_pages_own_calls_pass(client):
 
 
 class TestCredentialsBoundToApplications:
-    """`client_applications`: a client credential bound to applications registers, renews and
-    cancels their instances only; an unbound one, any application's (as before)."""
+    """`credentials.client_applications`: a client credential bound to applications registers,
+    renews and cancels their instances only; an unbound one, any application's (as before)."""
 
     @pytest.fixture
     def settings(self) -> Settings:
@@ -524,7 +524,7 @@ class TestCredentialsBoundToApplications:
         response = await client.delete("/eureka/apps/BILLING/billing-1", headers=orders)
         detail = (
             "the client credential 'orders' acts on instances of ORDERS, ORDERS-WORKER only, "
-            "not of BILLING (client_applications)"
+            "not of BILLING (credentials.client_applications)"
         )
         assert (403, {"error": "forbidden", "detail": detail}) == (
             response.status,
@@ -593,7 +593,8 @@ class TestCredentialsBoundToApplications:
         )
         detail = (
             f"{field}: the client credential 'orders' gives ORDERS, ORDERS-WORKER, "
-            f"ORDERS.INTERNAL only, not {name!r} (client_applications, client_vip_addresses)"
+            f"ORDERS.INTERNAL only, not {name!r} "
+            "(credentials.client_applications, credentials.client_vip_addresses)"
         )
         assert (403, {"error": "forbidden", "detail": detail}) == (
             response.status,
@@ -621,8 +622,8 @@ class TestCredentialsBoundToApplications:
     async def test_a_credential_bound_without_listed_names_gives_its_applications(
         self, aiohttp_client, clock
     ):
-        """client_vip_addresses need not list a bound credential: it gives its applications'
-        names alone."""
+        """credentials.client_vip_addresses need not list a bound credential: it gives its
+        applications' names alone."""
         settings = Settings.of(
             credentials__clients=("orders:o-pw",),
             credentials__client_applications=("orders=ORDERS",),
@@ -668,7 +669,7 @@ async def test_a_registration_older_than_ours_says_it_was_ignored(client):
 
 
 class TestInstancesPerCredential:
-    """max_instances_per_credential: one client user's new instances at most; registering
+    """limits.max_instances_per_credential: one client user's new instances at most; registering
     again is not counted twice, and an instance that goes frees its place."""
 
     @pytest.fixture

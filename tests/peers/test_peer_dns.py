@@ -188,7 +188,7 @@ class TestCap:
             assert 'registry_peer_dns_refused{reason="multicast"} 1.0' in metrics
             assert "registry_peers 16.0" in metrics
             page = await (await client.get("/")).text()
-            assert "24 beyond peer_dns_max_peers (16)" in page
+            assert "24 beyond peers.dns_max_peers (16)" in page
             stub.set(NAME, ["127.0.1.1"])
             await refresh(peer_dns, cluster)
             stub.set(NAME, [f"127.0.1.{n}" for n in range(1, 20)])
@@ -390,7 +390,7 @@ class TestStart:
         assert lifecycle.phase is Phase.SYNCING
         response = await client.get("/eureka/apps", headers=JSON)
         assert 403 == response.status
-        assert "peer_dns has not answered yet" in (await response.json())["detail"]
+        assert "peers.dns_name has not answered yet" in (await response.json())["detail"]
         stub.answering = True
         for _ in range(20):  # lookups every 0.3 s of the clock, sync attempts from 0.5 s
             await clock.advance(0.3)

@@ -83,7 +83,7 @@ async def test_a_node_with_a_wrong_peer_credential_is_refused(aiohttp_client, pe
             break
         await asyncio.sleep(0.01)
     assert stats.failed >= 1
-    assert "peer_credential" in stats.last_error
+    assert "credentials.peer" in stats.last_error
     assert not has(peer, "i-1")
 
 
